@@ -1,0 +1,463 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// PostgresClusterSpec is what the user wants: how many PostgreSQL instances,
+// from which image, on what storage, configured how, and protected how.
+//
+// +kubebuilder:validation:XValidation:rule="self.postgresql.synchronous.mode == 'off' || self.instances == 1 || self.postgresql.synchronous.number < self.instances",message="postgresql.synchronous.number must be less than instances: a quorum of N synchronous standbys needs at least N+1 instances (raise instances, lower the number, or set synchronous.mode: off)"
+type PostgresClusterSpec struct {
+	// Instances is the number of PostgreSQL servers: one primary and
+	// instances-1 streaming replicas.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	// +optional
+	Instances int32 `json:"instances"`
+
+	// Image is the container image with the PostgreSQL server binaries
+	// (initdb, postgres, pg_ctl, pg_basebackup, pg_rewind) on PATH or under
+	// /usr/lib/postgresql/<major>/bin. Tusk needs nothing else inside it.
+	// Changing it rolls the instances over one at a time; the PostgreSQL
+	// major version in its tag cannot change (that is a major upgrade).
+	// +kubebuilder:default="postgres:17"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self.find(':[0-9]+([.][0-9]+)*(-[^/:@]*)?(@|$)') == '' || oldSelf.find(':[0-9]+([.][0-9]+)*(-[^/:@]*)?(@|$)') == '' || self.find(':[0-9]+([.][0-9]+)*(-[^/:@]*)?(@|$)').find('[0-9]+') == oldSelf.find(':[0-9]+([.][0-9]+)*(-[^/:@]*)?(@|$)').find('[0-9]+')",message="image cannot change the PostgreSQL major version: that needs a major upgrade (pg_upgrade), which is not an image swap; create a new cluster with bootstrap.clone instead"
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// ImagePullPolicy is the pull policy of the PostgreSQL image.
+	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
+	// +optional
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+
+	// Storage is the persistent volume each instance keeps its data
+	// directory on.
+	Storage StorageSpec `json:"storage"`
+
+	// Resources are the CPU and memory requests and limits of the PostgreSQL
+	// container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// PostgreSQL is the configuration of the PostgreSQL servers.
+	// +kubebuilder:default={}
+	// +optional
+	PostgreSQL PostgreSQLSpec `json:"postgresql,omitempty"`
+
+	// Bootstrap says how the cluster's data comes into being: a new empty
+	// database (initdb), a restore from a backup (recovery), or a copy of
+	// another running cluster (clone). It cannot change after creation.
+	// +kubebuilder:default={initdb:{}}
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="bootstrap cannot change after the cluster is created: it only describes how the data first came to be"
+	// +optional
+	Bootstrap BootstrapSpec `json:"bootstrap,omitempty"`
+
+	// Backup configures continuous WAL archiving and base backups to an S3
+	// compatible object store. Without it the cluster is not backed up.
+	// +optional
+	Backup *BackupSpec `json:"backup,omitempty"`
+
+	// Affinity adds the user's scheduling constraints to the PostgreSQL pods.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// Tolerations let the PostgreSQL pods run on tainted nodes.
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// PriorityClassName is the priority class of the PostgreSQL pods.
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+}
+
+// StorageSpec describes the persistent volume of each instance.
+type StorageSpec struct {
+	// Size is the capacity of each instance's volume. It can grow (when the
+	// storage class allows volume expansion) but never shrink.
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="storage.size must be greater than zero"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0",message="storage.size cannot shrink: a PostgreSQL volume can grow but never shrink"
+	Size resource.Quantity `json:"size"`
+
+	// StorageClassName is the storage class of new volumes; the cluster's
+	// default storage class when unset. Existing volumes keep their class.
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+}
+
+// PostgreSQLSpec configures the PostgreSQL servers.
+type PostgreSQLSpec struct {
+	// Parameters are postgresql.conf settings. Tusk owns the settings that
+	// keep Services, replication, failover, archiving, TLS and logging
+	// working (port, listen_addresses, data_directory, archive_command,
+	// primary_conninfo, ssl, ...) and refuses them here.
+	// +kubebuilder:validation:MaxProperties=256
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[A-Za-z_][A-Za-z0-9_.]*$'))",message="parameter names are PostgreSQL setting names: letters, digits, '_' and '.' (for extension settings)"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k.lowerAscii() in ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'archive_mode', 'archive_command', 'archive_library', 'restore_command', 'archive_cleanup_command', 'recovery_end_command', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'recovery_target', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_xid', 'recovery_target_inclusive', 'recovery_target_timeline', 'recovery_target_action', 'synchronous_standby_names', 'ssl', 'ssl_cert_file', 'ssl_key_file', 'ssl_ca_file', 'ssl_crl_file', 'cluster_name', 'hot_standby', 'logging_collector', 'log_destination', 'log_directory', 'log_filename']))",messageExpression="'parameters ' + self.filter(k, k.lowerAscii() in ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'archive_mode', 'archive_command', 'archive_library', 'restore_command', 'archive_cleanup_command', 'recovery_end_command', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'recovery_target', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_xid', 'recovery_target_inclusive', 'recovery_target_timeline', 'recovery_target_action', 'synchronous_standby_names', 'ssl', 'ssl_cert_file', 'ssl_key_file', 'ssl_ca_file', 'ssl_crl_file', 'cluster_name', 'hot_standby', 'logging_collector', 'log_destination', 'log_directory', 'log_filename']).join(', ') + ' are managed by Tusk and cannot be set: Tusk sets them itself to keep Services, replication, failover, archiving, TLS and logging working (use spec.postgresql.synchronous and spec.backup instead)'"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.lowerAscii() != 'wal_level' || self[k] in ['replica', 'logical'])",message="wal_level must be replica or logical: streaming replicas and backups need at least replica"
+	// +optional
+	Parameters map[string]string `json:"parameters,omitempty"`
+
+	// Synchronous configures synchronous replication, which is how a commit
+	// acknowledged to a client survives the loss of the primary.
+	// +kubebuilder:default={}
+	// +optional
+	Synchronous SynchronousSpec `json:"synchronous,omitempty"`
+}
+
+// SynchronousMode says whether commits wait for standbys.
+// +kubebuilder:validation:Enum=off;quorum
+type SynchronousMode string
+
+const (
+	// SynchronousOff acknowledges commits as soon as the primary has them:
+	// a failover can lose the most recent acknowledged commits.
+	SynchronousOff SynchronousMode = "off"
+	// SynchronousQuorum acknowledges a commit once `number` standbys, any
+	// of them, have it on disk.
+	SynchronousQuorum SynchronousMode = "quorum"
+)
+
+// StandbyShortage says what a primary does when fewer standbys are connected
+// than the synchronous quorum needs.
+// +kubebuilder:validation:Enum=degrade;block
+type StandbyShortage string
+
+const (
+	// StandbyShortageDegrade keeps accepting writes asynchronously until
+	// enough standbys are back; status says the cluster is degraded, and
+	// failover never promotes a standby outside the last known quorum.
+	StandbyShortageDegrade StandbyShortage = "degrade"
+	// StandbyShortageBlock makes commits wait until enough standbys are
+	// back: no write is ever acknowledged by the primary alone.
+	StandbyShortageBlock StandbyShortage = "block"
+)
+
+// SynchronousSpec configures synchronous replication.
+type SynchronousSpec struct {
+	// Mode is off (asynchronous) or quorum (ANY number of the standbys).
+	// Tusk is durable by default: quorum with one standby.
+	// +kubebuilder:default=quorum
+	// +optional
+	Mode SynchronousMode `json:"mode,omitempty"`
+
+	// Number is how many standbys must confirm each commit in quorum mode.
+	// It must be less than instances.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=15
+	// +optional
+	Number int32 `json:"number,omitempty"`
+
+	// WhenTooFewStandbys says what the primary does while fewer than number
+	// standbys are connected: degrade (keep writing, asynchronously) or
+	// block (commits wait).
+	// +kubebuilder:default=degrade
+	// +optional
+	WhenTooFewStandbys StandbyShortage `json:"whenTooFewStandbys,omitempty"`
+}
+
+// BootstrapSpec says how the cluster's data first comes into being. Exactly
+// one method is set.
+// +kubebuilder:validation:XValidation:rule="[has(self.initdb), has(self.recovery), has(self.clone)].filter(x, x).size() == 1",message="bootstrap needs exactly one of initdb, recovery or clone"
+type BootstrapSpec struct {
+	// InitDB creates a new, empty database cluster.
+	// +optional
+	InitDB *InitDBSpec `json:"initdb,omitempty"`
+
+	// Recovery restores the cluster from a base backup and archived WAL,
+	// optionally to a point in time.
+	// +optional
+	Recovery *RecoverySpec `json:"recovery,omitempty"`
+
+	// Clone copies a running PostgresCluster of the same namespace.
+	// +optional
+	Clone *CloneSpec `json:"clone,omitempty"`
+}
+
+// InitDBSpec describes a new database cluster.
+// +kubebuilder:validation:XValidation:rule="!(self.database in ['postgres', 'template0', 'template1'])",message="bootstrap.initdb.database must be an application database, not postgres, template0 or template1"
+// +kubebuilder:validation:XValidation:rule="self.owner != 'postgres' && !self.owner.startsWith('pg_') && !self.owner.startsWith('tusk_')",message="bootstrap.initdb.owner must be an ordinary role: postgres, pg_* and tusk_* are reserved"
+type InitDBSpec struct {
+	// Database is the application database to create.
+	// +kubebuilder:default=app
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]{0,62}$`
+	// +optional
+	Database string `json:"database,omitempty"`
+
+	// Owner is the role that owns the application database; the app Secret
+	// holds its credentials.
+	// +kubebuilder:default=app
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]{0,62}$`
+	// +optional
+	Owner string `json:"owner,omitempty"`
+
+	// Secret names an existing Secret (keys username, password) with the
+	// owner's credentials. Tusk generates a strong password when unset.
+	// +optional
+	Secret *corev1.LocalObjectReference `json:"secret,omitempty"`
+}
+
+// RecoverySpec restores a cluster from a backup. Exactly one of backup and
+// source is set.
+// +kubebuilder:validation:XValidation:rule="has(self.backup) != has(self.source)",message="bootstrap.recovery needs exactly one of backup (a PostgresBackup name) or source (an object store location)"
+type RecoverySpec struct {
+	// Backup is the name of a completed PostgresBackup in this namespace.
+	// +optional
+	Backup *corev1.LocalObjectReference `json:"backup,omitempty"`
+
+	// Source is an object store location that holds another cluster's base
+	// backups and WAL archive; it works even when that cluster is gone.
+	// +optional
+	Source *ObjectStoreSpec `json:"source,omitempty"`
+
+	// Target is the point in time to recover to; the end of the archive when
+	// unset.
+	// +optional
+	Target *RecoveryTarget `json:"target,omitempty"`
+}
+
+// RecoveryTarget is a point in the WAL history. At most one field is set.
+// +kubebuilder:validation:XValidation:rule="[has(self.time), has(self.lsn), has(self.name)].filter(x, x).size() <= 1",message="a recovery target is one of time, lsn or name, not several"
+type RecoveryTarget struct {
+	// Time recovers up to this time (RFC 3339), inclusive.
+	// +kubebuilder:validation:Format=date-time
+	// +optional
+	Time *metav1.Time `json:"time,omitempty"`
+
+	// LSN recovers up to this WAL location, such as 0/3000060.
+	// +kubebuilder:validation:Pattern=`^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$`
+	// +optional
+	LSN string `json:"lsn,omitempty"`
+
+	// Name recovers up to a restore point made with pg_create_restore_point.
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Name string `json:"name,omitempty"`
+}
+
+// CloneSpec copies another cluster.
+type CloneSpec struct {
+	// Cluster is the name of a running PostgresCluster in this namespace;
+	// its data is copied with pg_basebackup over TLS.
+	// +kubebuilder:validation:MinLength=1
+	Cluster string `json:"cluster"`
+}
+
+// BackupTarget says which instance base backups are taken from.
+// +kubebuilder:validation:Enum=prefer-replica;primary
+type BackupTarget string
+
+const (
+	// BackupTargetPreferReplica takes backups from a healthy replica when
+	// there is one, sparing the primary the I/O.
+	BackupTargetPreferReplica BackupTarget = "prefer-replica"
+	// BackupTargetPrimary always takes backups from the primary.
+	BackupTargetPrimary BackupTarget = "primary"
+)
+
+// BackupSpec configures backups of a cluster.
+type BackupSpec struct {
+	// ObjectStore is where WAL and base backups go.
+	ObjectStore ObjectStoreSpec `json:"objectStore"`
+
+	// Schedule takes base backups on a cron schedule ("minute hour day
+	// month weekday", or @daily, @hourly, ...). No scheduled backups when
+	// unset; WAL is archived continuously either way.
+	// +kubebuilder:validation:Pattern=`^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|\S+\s+\S+\s+\S+\s+\S+\s+\S+)$`
+	// +optional
+	Schedule string `json:"schedule,omitempty"`
+
+	// Retention keeps base backups (and the WAL they need) for this long,
+	// in days or weeks, such as 7d or 4w. Backups are kept forever when
+	// unset.
+	// +kubebuilder:validation:Pattern=`^[1-9][0-9]*[dw]$`
+	// +optional
+	Retention string `json:"retention,omitempty"`
+
+	// Target says which instance base backups are taken from.
+	// +kubebuilder:default=prefer-replica
+	// +optional
+	Target BackupTarget `json:"target,omitempty"`
+}
+
+// ObjectStoreSpec is a location in an S3-compatible object store.
+type ObjectStoreSpec struct {
+	// Endpoint is the URL of the S3 API, such as https://s3.eu-west-1.amazonaws.com.
+	// +kubebuilder:validation:Pattern=`^https?://[^\s/]+(/.*)?$`
+	Endpoint string `json:"endpoint"`
+
+	// Bucket is the name of the bucket.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`
+	Bucket string `json:"bucket"`
+
+	// Path is the key prefix inside the bucket; the cluster's name when
+	// unset.
+	// +kubebuilder:validation:Pattern=`^[^/].*$`
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Path string `json:"path,omitempty"`
+
+	// Region is the S3 region, when the store needs one.
+	// +optional
+	Region string `json:"region,omitempty"`
+
+	// CredentialsSecret names the Secret with the access key pair.
+	CredentialsSecret S3CredentialsSecret `json:"credentialsSecret"`
+
+	// CASecret names a Secret key with the PEM CA bundle that signed the
+	// endpoint's certificate, for stores with a private CA.
+	// +optional
+	CASecret *corev1.SecretKeySelector `json:"caSecret,omitempty"`
+}
+
+// S3CredentialsSecret names a Secret holding an S3 access key pair.
+type S3CredentialsSecret struct {
+	// Name is the name of the Secret in the cluster's namespace.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+
+	// AccessKeyIDKey is the Secret key holding the access key ID.
+	// +kubebuilder:default=ACCESS_KEY_ID
+	// +optional
+	AccessKeyIDKey string `json:"accessKeyIDKey,omitempty"`
+
+	// SecretAccessKeyKey is the Secret key holding the secret access key.
+	// +kubebuilder:default=SECRET_ACCESS_KEY
+	// +optional
+	SecretAccessKeyKey string `json:"secretAccessKeyKey,omitempty"`
+}
+
+// PostgresClusterStatus is what Tusk last observed of the cluster.
+type PostgresClusterStatus struct {
+	// ObservedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Phase is a one-word summary for humans; automation should read
+	// conditions instead.
+	// +optional
+	Phase ClusterPhase `json:"phase,omitempty"`
+
+	// Conditions are the cluster's standard conditions: Ready, Progressing,
+	// Degraded.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// CurrentPrimary is the instance that is primary now.
+	// +optional
+	CurrentPrimary string `json:"currentPrimary,omitempty"`
+
+	// TargetPrimary is the instance Tusk wants to be primary; it differs
+	// from currentPrimary while a failover or switchover is under way.
+	// +optional
+	TargetPrimary string `json:"targetPrimary,omitempty"`
+
+	// ReadyInstances is the number of instances ready to serve.
+	// +optional
+	ReadyInstances int32 `json:"readyInstances,omitempty"`
+
+	// Selector is the label selector of the cluster's pods, for the scale
+	// subresource.
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
+	// Instances is the last report of each instance.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Instances []InstanceStatus `json:"instances,omitempty"`
+}
+
+// ClusterPhase is a one-word summary of a cluster's state.
+type ClusterPhase string
+
+// The phases of a cluster.
+const (
+	ClusterPhasePending     ClusterPhase = "Pending"
+	ClusterPhaseCreating    ClusterPhase = "Creating"
+	ClusterPhaseHealthy     ClusterPhase = "Healthy"
+	ClusterPhaseDegraded    ClusterPhase = "Degraded"
+	ClusterPhaseFailingOver ClusterPhase = "FailingOver"
+	ClusterPhaseFailed      ClusterPhase = "Failed"
+)
+
+// InstanceRole is the replication role of an instance.
+// +kubebuilder:validation:Enum=primary;replica;unknown
+type InstanceRole string
+
+// The roles an instance can have.
+const (
+	RolePrimary InstanceRole = "primary"
+	RoleReplica InstanceRole = "replica"
+	RoleUnknown InstanceRole = "unknown"
+)
+
+// InstanceStatus is the last report of one instance.
+type InstanceStatus struct {
+	// Name is the instance's name, which is also its pod's name.
+	Name string `json:"name"`
+
+	// Role is primary or replica, as the instance reports it.
+	// +optional
+	Role InstanceRole `json:"role,omitempty"`
+
+	// Ready says whether the instance accepts connections (and, for a
+	// replica, is streaming or replaying WAL).
+	// +optional
+	Ready bool `json:"ready,omitempty"`
+
+	// LSN is the instance's current WAL location: written on a primary,
+	// replayed on a replica.
+	// +optional
+	LSN string `json:"lsn,omitempty"`
+
+	// LagBytes is how far a replica's replay is behind the primary.
+	// +optional
+	LagBytes *int64 `json:"lagBytes,omitempty"`
+
+	// Timeline is the instance's PostgreSQL timeline.
+	// +optional
+	Timeline int32 `json:"timeline,omitempty"`
+}
+
+// PostgresCluster is a PostgreSQL primary with its streaming replicas,
+// their Services, Secrets and backups, managed by Tusk.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.instances,statuspath=.status.readyInstances,selectorpath=.status.selector
+// +kubebuilder:resource:shortName=pgc,categories=tusk
+// +kubebuilder:printcolumn:name="Instances",type=integer,JSONPath=`.spec.instances`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyInstances`
+// +kubebuilder:printcolumn:name="Primary",type=string,JSONPath=`.status.currentPrimary`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 50",message="a PostgresCluster name is at most 50 characters, so its instance Pods and Services have room for their suffixes"
+type PostgresCluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the desired cluster.
+	Spec PostgresClusterSpec `json:"spec"`
+
+	// Status is the observed cluster.
+	// +optional
+	Status PostgresClusterStatus `json:"status,omitempty"`
+}
+
+// PostgresClusterList is a list of PostgresClusters.
+//
+// +kubebuilder:object:root=true
+type PostgresClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []PostgresCluster `json:"items"`
+}

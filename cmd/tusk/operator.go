@@ -1,0 +1,49 @@
+package main
+
+import (
+	goflag "flag"
+	"time"
+
+	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"tusk.dev/tusk/internal/operator"
+	"tusk.dev/tusk/internal/version"
+)
+
+func newOperatorCommand() *cobra.Command {
+	opts := operator.Options{}
+	logOpts := zap.Options{} // production defaults: JSON, info level
+	cmd := &cobra.Command{
+		Use:   "operator",
+		Short: "Run the Tusk operator (the controller manager)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger := zap.New(zap.UseFlagOptions(&logOpts))
+			ctrl.SetLogger(logger)
+			logger.Info("Starting tusk", "version", version.Get().Version, "commit", version.Get().Commit)
+			cfg, err := ctrl.GetConfig()
+			if err != nil {
+				return err
+			}
+			ctx := ctrl.LoggerInto(ctrl.SetupSignalHandler(), logger)
+			return operator.Run(ctx, cfg, opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8443", `address of the metrics endpoint ("0" disables it)`)
+	f.BoolVar(&opts.SecureMetrics, "metrics-secure", true, "serve metrics over HTTPS to authenticated, authorized callers only")
+	f.StringVar(&opts.ProbeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
+	f.BoolVar(&opts.LeaderElect, "leader-elect", true, "elect a leader so only one operator replica reconciles")
+	f.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (the pod's own when empty)")
+	f.DurationVar(&opts.GracefulShutdownTimeout, "graceful-shutdown-timeout", 30*time.Second, "how long running reconciles may take to finish on shutdown")
+	logFlags := goflag.NewFlagSet("log", goflag.ContinueOnError)
+	logOpts.BindFlags(logFlags)
+	f.AddGoFlagSet(logFlags)
+	// controller-runtime registers --kubeconfig on the standard flag set.
+	if kubeconfig := goflag.CommandLine.Lookup("kubeconfig"); kubeconfig != nil {
+		f.AddGoFlag(kubeconfig)
+	}
+	return cmd
+}

@@ -1,0 +1,104 @@
+// Package operator assembles the Tusk controller manager: the controllers,
+// leader election, health, readiness and metrics endpoints.
+package operator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/controller"
+)
+
+// LeaderElectionID names the Lease the operator replicas compete for.
+const LeaderElectionID = "tusk-operator.tusk.dev"
+
+// Options configure the controller manager.
+type Options struct {
+	// MetricsAddr is where /metrics is served ("0" turns it off).
+	MetricsAddr string
+	// SecureMetrics serves /metrics over HTTPS and lets only callers that
+	// the API server authenticates and authorizes read it.
+	SecureMetrics bool
+	// ProbeAddr is where /healthz and /readyz are served.
+	ProbeAddr string
+	// LeaderElect makes only one replica reconcile at a time.
+	LeaderElect bool
+	// LeaderElectionNamespace holds the leader Lease; the pod's own
+	// namespace when empty and running in a cluster.
+	LeaderElectionNamespace string
+	// GracefulShutdownTimeout bounds how long running reconciles may take to
+	// finish after SIGTERM.
+	GracefulShutdownTimeout time.Duration
+}
+
+// NewScheme returns the scheme with every kind the operator reads or writes.
+func NewScheme() (*runtime.Scheme, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("while registering Kubernetes kinds: %w", err)
+	}
+	if err := tuskv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("while registering Tusk kinds: %w", err)
+	}
+	return scheme, nil
+}
+
+// Run starts the controller manager and blocks until ctx is cancelled, then
+// shuts down gracefully (releasing the leader Lease so a standby replica
+// takes over at once).
+func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
+	mgr, err := newManager(cfg, opts)
+	if err != nil {
+		return err
+	}
+	if err := controller.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("while registering controllers: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("while adding the health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return fmt.Errorf("while adding the readiness check: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Starting the operator", "leaderElection", opts.LeaderElect)
+	return mgr.Start(ctx)
+}
+
+func newManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
+	scheme, err := NewScheme()
+	if err != nil {
+		return nil, err
+	}
+	metrics := metricsserver.Options{BindAddress: opts.MetricsAddr, SecureServing: opts.SecureMetrics}
+	if opts.SecureMetrics {
+		// Without a CertDir controller-runtime serves a self-signed
+		// certificate; the filter asks the API server who the caller is and
+		// whether it may "get /metrics".
+		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	shutdown := opts.GracefulShutdownTimeout
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metrics,
+		HealthProbeBindAddress:        opts.ProbeAddr,
+		LeaderElection:                opts.LeaderElect,
+		LeaderElectionID:              LeaderElectionID,
+		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       &shutdown,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("while creating the controller manager: %w", err)
+	}
+	return mgr, nil
+}
