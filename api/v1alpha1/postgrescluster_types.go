@@ -17,7 +17,7 @@ type PostgresClusterSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=16
 	// +optional
-	Instances int32 `json:"instances"`
+	Instances int32 `json:"instances,omitempty"`
 
 	// Image is the container image with the PostgreSQL server binaries
 	// (initdb, postgres, pg_ctl, pg_basebackup, pg_rewind) on PATH or under
@@ -53,10 +53,10 @@ type PostgresClusterSpec struct {
 	// Bootstrap says how the cluster's data comes into being: a new empty
 	// database (initdb), a restore from a backup (recovery), or a copy of
 	// another running cluster (clone). It cannot change after creation.
-	// +kubebuilder:default={initdb:{}}
+	// +kubebuilder:default={initdb:{database:app,owner:app}}
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="bootstrap cannot change after the cluster is created: it only describes how the data first came to be"
 	// +optional
-	Bootstrap BootstrapSpec `json:"bootstrap,omitempty"`
+	Bootstrap *BootstrapSpec `json:"bootstrap,omitempty"`
 
 	// Backup configures continuous WAL archiving and base backups to an S3
 	// compatible object store. Without it the cluster is not backed up.
@@ -96,10 +96,10 @@ type PostgreSQLSpec struct {
 	// keep Services, replication, failover, archiving, TLS and logging
 	// working (port, listen_addresses, data_directory, archive_command,
 	// primary_conninfo, ssl, ...) and refuses them here.
-	// +kubebuilder:validation:MaxProperties=256
-	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[A-Za-z_][A-Za-z0-9_.]*$'))",message="parameter names are PostgreSQL setting names: letters, digits, '_' and '.' (for extension settings)"
-	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k.lowerAscii() in ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'archive_mode', 'archive_command', 'archive_library', 'restore_command', 'archive_cleanup_command', 'recovery_end_command', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'recovery_target', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_xid', 'recovery_target_inclusive', 'recovery_target_timeline', 'recovery_target_action', 'synchronous_standby_names', 'ssl', 'ssl_cert_file', 'ssl_key_file', 'ssl_ca_file', 'ssl_crl_file', 'cluster_name', 'hot_standby', 'logging_collector', 'log_destination', 'log_directory', 'log_filename']))",messageExpression="'parameters ' + self.filter(k, k.lowerAscii() in ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'archive_mode', 'archive_command', 'archive_library', 'restore_command', 'archive_cleanup_command', 'recovery_end_command', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'recovery_target', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_xid', 'recovery_target_inclusive', 'recovery_target_timeline', 'recovery_target_action', 'synchronous_standby_names', 'ssl', 'ssl_cert_file', 'ssl_key_file', 'ssl_ca_file', 'ssl_crl_file', 'cluster_name', 'hot_standby', 'logging_collector', 'log_destination', 'log_directory', 'log_filename']).join(', ') + ' are managed by Tusk and cannot be set: Tusk sets them itself to keep Services, replication, failover, archiving, TLS and logging working (use spec.postgresql.synchronous and spec.backup instead)'"
-	// +kubebuilder:validation:XValidation:rule="self.all(k, k.lowerAscii() != 'wal_level' || self[k] in ['replica', 'logical'])",message="wal_level must be replica or logical: streaming replicas and backups need at least replica"
+	// +kubebuilder:validation:MaxProperties=128
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-z_][a-z0-9_.]*$'))",message="parameter names are PostgreSQL setting names in lowercase: letters, digits, '_' and '.' (for extension settings)"
+	// +kubebuilder:validation:XValidation:rule="['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'archive_mode', 'archive_command', 'archive_library', 'restore_command', 'archive_cleanup_command', 'recovery_end_command', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'recovery_target', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_xid', 'recovery_target_inclusive', 'recovery_target_timeline', 'recovery_target_action', 'synchronous_standby_names', 'ssl', 'ssl_cert_file', 'ssl_key_file', 'ssl_ca_file', 'ssl_crl_file', 'cluster_name', 'hot_standby', 'logging_collector', 'log_destination', 'log_directory', 'log_filename'].all(p, !(p in self))",messageExpression="'parameter ' + ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'archive_mode', 'archive_command', 'archive_library', 'restore_command', 'archive_cleanup_command', 'recovery_end_command', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'recovery_target', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_xid', 'recovery_target_inclusive', 'recovery_target_timeline', 'recovery_target_action', 'synchronous_standby_names', 'ssl', 'ssl_cert_file', 'ssl_key_file', 'ssl_ca_file', 'ssl_crl_file', 'cluster_name', 'hot_standby', 'logging_collector', 'log_destination', 'log_directory', 'log_filename'].filter(p, p in self)[0] + ' is managed by Tusk and cannot be set: Tusk sets it itself to keep Services, replication, failover, archiving, TLS and logging working (synchronous replication and archiving are configured with spec.postgresql.synchronous and spec.backup)'"
+	// +kubebuilder:validation:XValidation:rule="!('wal_level' in self) || self['wal_level'] in ['replica', 'logical']",message="wal_level must be replica or logical: streaming replicas and backups need at least replica"
 	// +optional
 	Parameters map[string]string `json:"parameters,omitempty"`
 
@@ -181,8 +181,8 @@ type BootstrapSpec struct {
 }
 
 // InitDBSpec describes a new database cluster.
-// +kubebuilder:validation:XValidation:rule="!(self.database in ['postgres', 'template0', 'template1'])",message="bootstrap.initdb.database must be an application database, not postgres, template0 or template1"
-// +kubebuilder:validation:XValidation:rule="self.owner != 'postgres' && !self.owner.startsWith('pg_') && !self.owner.startsWith('tusk_')",message="bootstrap.initdb.owner must be an ordinary role: postgres, pg_* and tusk_* are reserved"
+// +kubebuilder:validation:XValidation:rule="!has(self.database) || !(self.database in ['postgres', 'template0', 'template1'])",message="bootstrap.initdb.database must be an application database, not postgres, template0 or template1"
+// +kubebuilder:validation:XValidation:rule="!has(self.owner) || (self.owner != 'postgres' && !self.owner.startsWith('pg_') && !self.owner.startsWith('tusk_'))",message="bootstrap.initdb.owner must be an ordinary role: postgres, pg_* and tusk_* are reserved"
 type InitDBSpec struct {
 	// Database is the application database to create.
 	// +kubebuilder:default=app

@@ -325,7 +325,11 @@ func (in *PostgresClusterSpec) DeepCopyInto(out *PostgresClusterSpec) {
 	in.Storage.DeepCopyInto(&out.Storage)
 	in.Resources.DeepCopyInto(&out.Resources)
 	in.PostgreSQL.DeepCopyInto(&out.PostgreSQL)
-	in.Bootstrap.DeepCopyInto(&out.Bootstrap)
+	if in.Bootstrap != nil {
+		in, out := &in.Bootstrap, &out.Bootstrap
+		*out = new(BootstrapSpec)
+		(*in).DeepCopyInto(*out)
+	}
 	if in.Backup != nil {
 		in, out := &in.Backup, &out.Backup
 		*out = new(BackupSpec)

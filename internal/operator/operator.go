@@ -7,16 +7,14 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 	"tusk.dev/tusk/internal/controller"
+	"tusk.dev/tusk/internal/scheme"
 )
 
 // LeaderElectionID names the Lease the operator replicas compete for.
@@ -41,18 +39,6 @@ type Options struct {
 	GracefulShutdownTimeout time.Duration
 }
 
-// NewScheme returns the scheme with every kind the operator reads or writes.
-func NewScheme() (*runtime.Scheme, error) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("while registering Kubernetes kinds: %w", err)
-	}
-	if err := tuskv1alpha1.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("while registering Tusk kinds: %w", err)
-	}
-	return scheme, nil
-}
-
 // Run starts the controller manager and blocks until ctx is cancelled, then
 // shuts down gracefully (releasing the leader Lease so a standby replica
 // takes over at once).
@@ -75,7 +61,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 }
 
 func newManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
-	scheme, err := NewScheme()
+	s, err := scheme.New()
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +74,7 @@ func newManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	}
 	shutdown := opts.GracefulShutdownTimeout
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
+		Scheme:                        s,
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        opts.ProbeAddr,
 		LeaderElection:                opts.LeaderElect,

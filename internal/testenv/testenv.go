@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"tusk.dev/tusk/internal/operator"
+	"tusk.dev/tusk/internal/scheme"
 )
 
 // Env is a running API server with Tusk's CRDs.
@@ -52,11 +52,11 @@ func Start() (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("while starting kube-apiserver and etcd from %s: %w", assets, err)
 	}
-	scheme, err := operator.NewScheme()
+	s, err := scheme.New()
 	if err != nil {
 		return nil, err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := client.New(cfg, client.Options{Scheme: s})
 	if err != nil {
 		return nil, fmt.Errorf("while creating a client: %w", err)
 	}

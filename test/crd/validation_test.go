@@ -1,0 +1,307 @@
+//go:build integration
+
+package crd
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	var err error
+	if env, err = testenv.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping envtest:", err)
+	}
+	os.Exit(code)
+}
+
+// newNamespace creates a namespace of the test's own.
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "crd-"}}
+	if err := env.Client.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+const baseCluster = `
+apiVersion: tusk.dev/v1alpha1
+kind: PostgresCluster
+metadata: {name: pg}
+spec:
+  instances: 3
+  image: postgres:17
+  storage: {size: 1Gi}
+`
+
+// object parses YAML and applies an overlay to it with JSON merge patch
+// rules (maps merge, null deletes, anything else replaces), the way a user's
+// edit of one field changes a manifest.
+func object(t *testing.T, base, overlay string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(base), &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	var patch map[string]any
+	if err := yaml.Unmarshal([]byte(overlay), &patch); err != nil {
+		t.Fatal(err)
+	}
+	mergePatch(u.Object, patch)
+	return u
+}
+
+func mergePatch(dst, patch map[string]any) {
+	for k, v := range patch {
+		sub, isMap := v.(map[string]any)
+		switch existing, ok := dst[k].(map[string]any); {
+		case v == nil:
+			delete(dst, k)
+		case isMap && ok:
+			mergePatch(existing, sub)
+		default:
+			dst[k] = v
+		}
+	}
+}
+
+func expectRejected(t *testing.T, err error, want string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("accepted, want rejection with %q", want)
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("rejected with\n  %v\nwant a message containing\n  %q", err, want)
+	}
+}
+
+func TestInvalidClustersAreRejectedOnCreate(t *testing.T) {
+	ns := newNamespace(t)
+	cases := []struct {
+		name, overlay, want string
+	}{
+		{"no instances", `spec: {instances: 0}`, "should be greater than or equal to 1"},
+		{"no storage", `spec: {storage: null}`, "spec.storage: Required value"},
+		{"empty storage", `spec: {storage: {size: "0"}}`, "storage.size must be greater than zero"},
+		{"two bootstrap methods", `spec: {bootstrap: {initdb: {}, clone: {cluster: other}}}`, "bootstrap needs exactly one of initdb, recovery or clone"},
+		{"synchronous quorum as large as instances", `spec: {postgresql: {synchronous: {number: 3}}}`, "postgresql.synchronous.number must be less than instances"},
+		{"unknown synchronous mode", `spec: {postgresql: {synchronous: {mode: sync}}}`, `Unsupported value: "sync"`},
+		{"reserved parameter", `spec: {postgresql: {parameters: {port: "5433"}}}`, "parameter port is managed by Tusk and cannot be set: Tusk sets it itself to keep Services, replication, failover, archiving, TLS and logging working"},
+		{"parameter in capitals", `spec: {postgresql: {parameters: {Archive_Command: "/bin/true"}}}`, "parameter names are PostgreSQL setting names in lowercase"},
+		{"several reserved parameters", `spec: {postgresql: {parameters: {listen_addresses: "*", primary_conninfo: "host=x", work_mem: 4MB}}}`, "parameter listen_addresses is managed by Tusk"},
+		{"malformed parameter name", `spec: {postgresql: {parameters: {"max connections": "10"}}}`, "parameter names are PostgreSQL setting names"},
+		{"wal_level too low for replicas", `spec: {postgresql: {parameters: {wal_level: minimal}}}`, "wal_level must be replica or logical"},
+		{"system database for the app", `spec: {bootstrap: {initdb: {database: postgres}}}`, "must be an application database"},
+		{"superuser as app owner", `spec: {bootstrap: {initdb: {owner: postgres}}}`, "bootstrap.initdb.owner must be an ordinary role"},
+		{"recovery from nothing", `spec: {bootstrap: {recovery: {}}}`, "bootstrap.recovery needs exactly one of backup"},
+		{"two recovery targets", `spec: {bootstrap: {recovery: {backup: {name: b}, target: {time: "2026-01-01T00:00:00Z", lsn: "0/3000060"}}}}`, "a recovery target is one of time, lsn or name"},
+		{"malformed recovery LSN", `spec: {bootstrap: {recovery: {backup: {name: b}, target: {lsn: "3000060"}}}}`, "spec.bootstrap.recovery.target.lsn"},
+		{"name too long", `metadata: {name: a-very-long-cluster-name-that-leaves-no-room-for-pods}`, "a PostgresCluster name is at most 50 characters"},
+		{"retention in words", `spec: {backup: {objectStore: {endpoint: "https://s3", bucket: b1b, credentialsSecret: {name: s}}, retention: 7 days}}`, "spec.backup.retention"},
+		{"schedule that is not cron", `spec: {backup: {objectStore: {endpoint: "https://s3", bucket: b1b, credentialsSecret: {name: s}}, schedule: daily}}`, "spec.backup.schedule"},
+		{"endpoint without scheme", `spec: {backup: {objectStore: {endpoint: "s3.example.com", bucket: b1b, credentialsSecret: {name: s}}}}`, "spec.backup.objectStore.endpoint"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := object(t, baseCluster, tc.overlay)
+			obj.SetNamespace(ns)
+			expectRejected(t, env.Client.Create(context.Background(), obj), tc.want)
+		})
+	}
+}
+
+// createCluster creates baseCluster with overlay applied in a new namespace.
+func createCluster(t *testing.T, overlay string) *unstructured.Unstructured {
+	t.Helper()
+	obj := object(t, baseCluster, overlay)
+	obj.SetNamespace(newNamespace(t))
+	if err := env.Client.Create(context.Background(), obj); err != nil {
+		t.Fatalf("creating the base cluster: %v", err)
+	}
+	return obj
+}
+
+func mergePatchObject(obj client.Object, patch string) error {
+	data, err := yaml.YAMLToJSON([]byte(patch))
+	if err != nil {
+		return err
+	}
+	return env.Client.Patch(context.Background(), obj, client.RawPatch(types.MergePatchType, data))
+}
+
+func TestClusterUpdates(t *testing.T) {
+	cases := []struct {
+		name, base, patch, want string // want "" means accepted
+	}{
+		{"storage grows", ``, `spec: {storage: {size: 2Gi}}`, ""},
+		{"storage shrinks", `spec: {storage: {size: 10Gi}}`, `spec: {storage: {size: 5Gi}}`, "storage.size cannot shrink"},
+		{"storage shrinks in other units", `spec: {storage: {size: 1Gi}}`, `spec: {storage: {size: 1000Mi}}`, "storage.size cannot shrink"},
+		{"app database renamed", ``, `spec: {bootstrap: {initdb: {database: other}}}`, "bootstrap cannot change after the cluster is created"},
+		{"bootstrap method switched", ``, `spec: {bootstrap: {initdb: null, clone: {cluster: other}}}`, "bootstrap cannot change after the cluster is created"},
+		{"minor image update", ``, `spec: {image: "postgres:17.2-bookworm"}`, ""},
+		{"major image change", ``, `spec: {image: "postgres:16"}`, "image cannot change the PostgreSQL major version"},
+		{"major image change behind a registry port", `spec: {image: "registry:5000/pg/postgres:17.2"}`, `spec: {image: "registry:5000/pg/postgres:18@sha256:abc"}`, "image cannot change the PostgreSQL major version"},
+		{"image without a version tag", ``, `spec: {image: "postgres@sha256:0123abc"}`, ""},
+		{"parameters change", ``, `spec: {postgresql: {parameters: {work_mem: 8MB}}}`, ""},
+		{"reserved parameter added later", ``, `spec: {postgresql: {parameters: {data_directory: /tmp}}}`, "parameter data_directory is managed by Tusk"},
+		{"too few instances for the quorum", `spec: {postgresql: {synchronous: {number: 2}}}`, `spec: {instances: 2}`, "postgresql.synchronous.number must be less than instances"},
+		{"one instance needs no quorum", `spec: {postgresql: {synchronous: {number: 2}}}`, `spec: {instances: 1}`, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := createCluster(t, tc.base)
+			err := mergePatchObject(obj, tc.patch)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("rejected: %v", err)
+				}
+				return
+			}
+			expectRejected(t, err, tc.want)
+		})
+	}
+}
+
+func scaleTo(t *testing.T, obj client.Object, replicas int32) error {
+	t.Helper()
+	scale := &autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: replicas}}
+	return env.Client.SubResource("scale").Update(context.Background(), obj, client.WithSubResourceBody(scale))
+}
+
+func TestScaleSubresource(t *testing.T) {
+	ctx := context.Background()
+	obj := createCluster(t, `spec: {instances: 1}`)
+	if err := scaleTo(t, obj, 5); err != nil {
+		t.Fatalf("scaling to 5: %v", err)
+	}
+	got := &tuskv1alpha1.PostgresCluster{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Instances != 5 {
+		t.Fatalf("spec.instances = %d after scaling to 5", got.Spec.Instances)
+	}
+	expectRejected(t, scaleTo(t, obj, 0), "greater than or equal to 1")
+}
+
+func TestDefaults(t *testing.T) {
+	obj := object(t, `
+apiVersion: tusk.dev/v1alpha1
+kind: PostgresCluster
+metadata: {name: minimal}
+spec: {storage: {size: 1Gi}}
+`, `{}`)
+	obj.SetNamespace(newNamespace(t))
+	if err := env.Client.Create(context.Background(), obj); err != nil {
+		t.Fatal(err)
+	}
+	got := &tuskv1alpha1.PostgresCluster{}
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), got); err != nil {
+		t.Fatal(err)
+	}
+	s := got.Spec
+	checks := map[string][2]any{
+		"instances":                        {s.Instances, int32(1)},
+		"image":                            {s.Image, "postgres:17"},
+		"synchronous.mode":                 {s.PostgreSQL.Synchronous.Mode, tuskv1alpha1.SynchronousQuorum},
+		"synchronous.number":               {s.PostgreSQL.Synchronous.Number, int32(1)},
+		"synchronous.whenTooFewStandbys":   {s.PostgreSQL.Synchronous.WhenTooFewStandbys, tuskv1alpha1.StandbyShortageDegrade},
+		"bootstrap.initdb set":             {s.Bootstrap.InitDB != nil, true},
+		"bootstrap.initdb.database, owner": {fmt.Sprint(s.Bootstrap.InitDB.Database, "/", s.Bootstrap.InitDB.Owner), "app/app"},
+	}
+	for field, c := range checks {
+		if c[0] != c[1] {
+			t.Errorf("default %s = %v, want %v", field, c[0], c[1])
+		}
+	}
+}
+
+func TestBackupSpecIsImmutable(t *testing.T) {
+	ctx := context.Background()
+	backup := &tuskv1alpha1.PostgresBackup{
+		ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: newNamespace(t)},
+		Spec:       tuskv1alpha1.PostgresBackupSpec{Cluster: corev1.LocalObjectReference{Name: "one"}},
+	}
+	if err := env.Client.Create(ctx, backup); err != nil {
+		t.Fatal(err)
+	}
+	expectRejected(t, mergePatchObject(backup, `spec: {cluster: {name: two}}`), "a PostgresBackup's spec cannot change")
+}
+
+func TestSamplesAreAccepted(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(testenv.RepoRoot(), "config", "samples", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := newNamespace(t)
+	applied := 0
+	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		obj := object(t, string(data), `{}`)
+		obj.SetNamespace(ns)
+		if err := env.Client.Create(context.Background(), obj); err != nil {
+			t.Errorf("%s: %v", filepath.Base(f), err)
+		}
+		applied++
+	}
+	if applied < 4 {
+		t.Fatalf("applied %d samples, expected at least 4", applied)
+	}
+}
+
+// TestKubectlExplain checks what a user sees: `kubectl explain` shows the
+// doc comments of the fields, served by the API server's OpenAPI.
+func TestKubectlExplain(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Fatal("kubectl is not on PATH; it is part of the machine image this project supports")
+	}
+	kubeconfig, err := env.KubeconfigFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "explain", "postgrescluster.spec").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl explain: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"Spec is the desired cluster.",
+		"instances\t<integer>",
+		"Instances is the number of PostgreSQL servers",
+		"storage\t<Object> -required-",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("kubectl explain postgrescluster.spec lacks %q:\n%s", want, out)
+		}
+	}
+}
