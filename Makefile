@@ -32,7 +32,7 @@ generate: ## Regenerate deepcopy code from the API types.
 
 .PHONY: manifests
 manifests: ## Regenerate CRDs and RBAC from kubebuilder markers.
-	$(CONTROLLER_GEN) crd rbac:roleName=tusk-operator paths=./... \
+	$(CONTROLLER_GEN) crd rbac:roleName=operator paths=./... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 
 .PHONY: build

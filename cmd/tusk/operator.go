@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.uber.org/zap/zapcore"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -14,7 +15,8 @@ import (
 
 func newOperatorCommand() *cobra.Command {
 	opts := operator.Options{}
-	logOpts := zap.Options{} // production defaults: JSON, info level
+	// Production defaults (JSON, info level) with readable timestamps.
+	logOpts := zap.Options{TimeEncoder: zapcore.ISO8601TimeEncoder}
 	cmd := &cobra.Command{
 		Use:   "operator",
 		Short: "Run the Tusk operator (the controller manager)",
