@@ -49,9 +49,19 @@ func Start() (*Env, error) {
 		BinaryAssetsDirectory: assets,
 	}
 	cfg, err := env.Start()
-	if err != nil {
-		return nil, fmt.Errorf("while starting kube-apiserver and etcd from %s: %w", assets, err)
+	if err == nil {
+		var c client.Client
+		if c, err = newClient(cfg); err == nil {
+			return &Env{Config: cfg, Client: c, env: env}, nil
+		}
 	}
+	// envtest leaves the processes running when a later step of Start
+	// (such as installing an invalid CRD) fails; never leak them.
+	_ = env.Stop()
+	return nil, fmt.Errorf("while starting kube-apiserver and etcd from %s: %w", assets, err)
+}
+
+func newClient(cfg *rest.Config) (client.Client, error) {
 	s, err := scheme.New()
 	if err != nil {
 		return nil, err
@@ -60,7 +70,7 @@ func Start() (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("while creating a client: %w", err)
 	}
-	return &Env{Config: cfg, Client: c, env: env}, nil
+	return c, nil
 }
 
 // Stop stops the API server and etcd.
