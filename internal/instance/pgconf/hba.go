@@ -1,0 +1,152 @@
+package pgconf
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// ReplicationAuth is how the replication role authenticates.
+type ReplicationAuth string
+
+// The replication authentication methods Tusk supports.
+const (
+	// ReplicationAuthSCRAM is a password checked with SCRAM-SHA-256 (the default).
+	ReplicationAuthSCRAM ReplicationAuth = "scram-sha-256"
+	// ReplicationAuthCert is a TLS client certificate whose CN is the role
+	// name; it needs TLS, and ssl_ca_file in postgresql.conf.
+	ReplicationAuthCert ReplicationAuth = "cert"
+)
+
+// HBAConfig is everything pg_hba.conf is rendered from.
+type HBAConfig struct {
+	// ReplicationUser is the role replicas and pg_basebackup connect as.
+	ReplicationUser string
+	// TLS says the server has ssl on; remote connections then must use it.
+	TLS bool
+	// ReplicationAuth is how ReplicationUser authenticates; empty means
+	// ReplicationAuthSCRAM.
+	ReplicationAuth ReplicationAuth
+	// ExtraRules are pg_hba.conf lines from the user, placed after Tusk's
+	// own access and before the rule for applications, so they can grant
+	// or reject more specifically. trust is refused.
+	ExtraRules []string
+}
+
+// roleName is a role name that needs no quoting in pg_hba.conf and is not
+// one of its keywords' shapes (+group, @file, /regex).
+var roleName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// hbaKeywords are user-column keywords that would match more than one role.
+var hbaKeywords = []string{"all", "sameuser", "samerole", "samegroup"}
+
+// hbaConnectionTypes are the record types a rule may start with. Anything
+// else (include, include_dir, include_if_exists from PostgreSQL 16 on,
+// or a typo) is refused.
+var hbaConnectionTypes = []string{"local", "host", "hostssl", "hostnossl", "hostgssenc", "hostnogssenc"}
+
+// PgHBA renders pg_hba.conf. PostgreSQL uses the first line that matches a
+// connection, so the order is the policy:
+//
+//  1. local (Unix socket) connections, with a password: the socket lives
+//     inside the pod, so only the instance manager and kubectl exec reach it;
+//  2. replication for ReplicationUser, over TLS when TLS is on;
+//  3. the user's ExtraRules;
+//  4. every role to every database, with a password, over TLS when TLS is on;
+//  5. explicit reject lines, so a refused connection says so in the log.
+//
+// No line ever uses trust: every connection authenticates.
+func PgHBA(in HBAConfig) (string, error) {
+	auth, err := in.validate()
+	if err != nil {
+		return "", fmt.Errorf("while rendering pg_hba.conf: %w", err)
+	}
+	remote := "host"
+	if in.TLS {
+		remote = "hostssl"
+	}
+	var b strings.Builder
+	b.WriteString("# pg_hba.conf\n")
+	b.WriteString("# This file is managed by Tusk and will be overwritten: do not edit it.\n")
+	b.WriteString("# PostgreSQL uses the first line that matches. No line uses trust.\n")
+	b.WriteString("\n# The instance manager and kubectl exec, over the Unix socket in the pod.\n")
+	hbaLine(&b, "local", "all", "all", "", string(ReplicationAuthSCRAM))
+	b.WriteString("\n# Streaming replicas and pg_basebackup.\n")
+	hbaLine(&b, remote, "replication", in.ReplicationUser, "all", string(auth))
+	if len(in.ExtraRules) > 0 {
+		b.WriteString("\n# Extra rules from the cluster's spec.\n")
+		for _, r := range in.ExtraRules {
+			b.WriteString(strings.TrimSpace(r) + "\n")
+		}
+	}
+	b.WriteString("\n# Applications: every role, with a password.\n")
+	hbaLine(&b, remote, "all", "all", "all", string(ReplicationAuthSCRAM))
+	b.WriteString("\n# Anything else is refused.\n")
+	hbaLine(&b, "host", "all", "all", "all", "reject")
+	hbaLine(&b, "host", "replication", "all", "all", "reject")
+	hbaLine(&b, "local", "replication", "all", "", "reject")
+	return b.String(), nil
+}
+
+// hbaLine writes one record in aligned columns.
+func hbaLine(b *strings.Builder, typ, database, user, address, method string) {
+	fmt.Fprintf(b, "%-8s %-12s %-20s %-6s %s\n", typ, database, user, address, method)
+}
+
+// validate checks the input and returns the replication method to use.
+func (in HBAConfig) validate() (ReplicationAuth, error) {
+	auth := in.ReplicationAuth
+	if auth == "" {
+		auth = ReplicationAuthSCRAM
+	}
+	var errs []error
+	if !roleName.MatchString(in.ReplicationUser) || slices.Contains(hbaKeywords, in.ReplicationUser) {
+		errs = append(errs, fmt.Errorf("replication user %q is not a plain role name", in.ReplicationUser))
+	}
+	switch auth {
+	case ReplicationAuthSCRAM:
+	case ReplicationAuthCert:
+		if !in.TLS {
+			errs = append(errs, errors.New("replication with client certificates needs TLS"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("replication authentication %q is neither %q nor %q", auth, ReplicationAuthSCRAM, ReplicationAuthCert))
+	}
+	for i, r := range in.ExtraRules {
+		if err := checkRule(r); err != nil {
+			errs = append(errs, fmt.Errorf("extra rule %d: %w", i+1, err))
+		}
+	}
+	return auth, errors.Join(errs...)
+}
+
+// checkRule refuses a user rule that could weaken or escape the file:
+// trust; a line break or NUL (a second, unreviewed rule); a trailing
+// backslash (PostgreSQL 14+ would join Tusk's next line onto it); a first
+// word that is not a connection type (include directives, comments, typos);
+// and @file references, which read role or database lists from files.
+func checkRule(rule string) error {
+	if i := strings.IndexAny(rule, "\n\r\x00"); i >= 0 {
+		return fmt.Errorf("%q contains %q: a rule is one line", rule, rule[i])
+	}
+	fields := strings.Fields(rule)
+	switch {
+	case len(fields) == 0:
+		return errors.New("the rule is empty")
+	case !slices.Contains(hbaConnectionTypes, fields[0]):
+		return fmt.Errorf("%q does not start with a connection type (%s)", rule, strings.Join(hbaConnectionTypes, ", "))
+	case strings.HasSuffix(strings.TrimSpace(rule), `\`):
+		return fmt.Errorf("%q ends with a backslash, which would continue it onto the next line", rule)
+	}
+	for _, f := range fields {
+		if strings.EqualFold(f, "trust") {
+			return fmt.Errorf("%q uses trust: every connection must authenticate", rule)
+		}
+		if strings.HasPrefix(f, "@") {
+			return fmt.Errorf("%q reads a file with %s: list the roles or databases instead", rule, f)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,125 @@
+package pgconf
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestPgHBAGolden(t *testing.T) {
+	tests := map[string]HBAConfig{
+		"pg_hba-scram": {ReplicationUser: "tusk_replication"},
+		"pg_hba-tls-cert-extra": {
+			ReplicationUser: "tusk_replication",
+			TLS:             true,
+			ReplicationAuth: ReplicationAuthCert,
+			ExtraRules: []string{
+				"hostssl app reporting 10.0.0.0/8 scram-sha-256",
+				"  host all all 192.168.0.0/16 reject  ",
+				`hostssl all "Mixed Case" all cert`,
+			},
+		},
+	}
+	for name, in := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := PgHBA(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden(t, name, got)
+		})
+	}
+}
+
+// records returns the non-comment lines of a pg_hba.conf as fields.
+func records(text string) [][]string {
+	var out [][]string
+	for _, l := range strings.Split(text, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && !strings.HasPrefix(f[0], "#") {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func TestPgHBAPolicy(t *testing.T) {
+	tests := []struct {
+		in          HBAConfig
+		replication string // the replication record, joined by spaces
+		apps        string
+	}{
+		{HBAConfig{ReplicationUser: "repl"}, "host replication repl all scram-sha-256", "host all all all scram-sha-256"},
+		{HBAConfig{ReplicationUser: "repl", TLS: true}, "hostssl replication repl all scram-sha-256", "hostssl all all all scram-sha-256"},
+		{HBAConfig{ReplicationUser: "repl", TLS: true, ReplicationAuth: ReplicationAuthCert}, "hostssl replication repl all cert", "hostssl all all all scram-sha-256"},
+		{HBAConfig{ReplicationUser: "repl", ReplicationAuth: ReplicationAuthSCRAM}, "host replication repl all scram-sha-256", "host all all all scram-sha-256"},
+	}
+	for _, tt := range tests {
+		text, err := PgHBA(tt.in)
+		if err != nil {
+			t.Fatalf("%+v: %v", tt.in, err)
+		}
+		recs := records(text)
+		var joined []string
+		for _, r := range recs {
+			joined = append(joined, strings.Join(r, " "))
+			for _, f := range r {
+				if f == "trust" {
+					t.Errorf("%+v: a trust record: %v", tt.in, r)
+				}
+			}
+		}
+		want := []string{
+			"local all all scram-sha-256",
+			tt.replication,
+			tt.apps,
+			"host all all all reject",
+			"host replication all all reject",
+			"local replication all reject",
+		}
+		if strings.Join(joined, "\n") != strings.Join(want, "\n") {
+			t.Errorf("%+v: records\n%s\nwant\n%s", tt.in, strings.Join(joined, "\n"), strings.Join(want, "\n"))
+		}
+	}
+}
+
+func TestPgHBAExtraRulesComeBeforeApplications(t *testing.T) {
+	text, err := PgHBA(HBAConfig{ReplicationUser: "repl", ExtraRules: []string{"host all bob 10.0.0.1/32 reject"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := records(text)
+	if got := strings.Join(recs[2], " "); got != "host all bob 10.0.0.1/32 reject" {
+		t.Errorf("third record %q, want the extra rule (after Tusk's own, before applications)", got)
+	}
+}
+
+func TestPgHBARejects(t *testing.T) {
+	tests := map[string]HBAConfig{
+		"no replication user":       {},
+		"replication user all":      {ReplicationUser: "all"},
+		"replication user sameuser": {ReplicationUser: "sameuser"},
+		"replication user group":    {ReplicationUser: "+admins"},
+		"replication user quoted":   {ReplicationUser: `a"b`},
+		"replication user spaces":   {ReplicationUser: "a b"},
+		"cert without TLS":          {ReplicationUser: "r", ReplicationAuth: ReplicationAuthCert},
+		"unknown method":            {ReplicationUser: "r", ReplicationAuth: "md5"},
+		"trust rule":                {ReplicationUser: "r", ExtraRules: []string{"host all all all trust"}},
+		"TRUST rule":                {ReplicationUser: "r", ExtraRules: []string{"host all all all TRUST"}},
+		"local trust rule":          {ReplicationUser: "r", ExtraRules: []string{"local all all trust"}},
+		"newline in rule":           {ReplicationUser: "r", ExtraRules: []string{"host all all 10.0.0.0/8 reject\nlocal all all trust"}},
+		"CR in rule":                {ReplicationUser: "r", ExtraRules: []string{"host all all 10.0.0.0/8 reject\rx"}},
+		"NUL in rule":               {ReplicationUser: "r", ExtraRules: []string{"host all all all reject\x00"}},
+		"continuation":              {ReplicationUser: "r", ExtraRules: []string{`host all all all \`}},
+		"continuation and space":    {ReplicationUser: "r", ExtraRules: []string{"host all all all \\  "}},
+		"include":                   {ReplicationUser: "r", ExtraRules: []string{"include /etc/other_hba.conf"}},
+		"include_dir":               {ReplicationUser: "r", ExtraRules: []string{"include_dir conf.d"}},
+		"@file":                     {ReplicationUser: "r", ExtraRules: []string{"host all @admins all scram-sha-256"}},
+		"empty rule":                {ReplicationUser: "r", ExtraRules: []string{"   "}},
+		"comment only":              {ReplicationUser: "r", ExtraRules: []string{"# hello"}},
+		"typo":                      {ReplicationUser: "r", ExtraRules: []string{"hots all all all reject"}},
+	}
+	for name, in := range tests {
+		if text, err := PgHBA(in); err == nil {
+			t.Errorf("%s: no error; rendered:\n%s", name, text)
+		}
+	}
+}

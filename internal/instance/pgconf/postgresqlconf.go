@@ -1,0 +1,273 @@
+package pgconf
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// ServerConfig is everything postgresql.conf is rendered from. The
+// Tusk-owned fields are computed by the instance manager from the cluster
+// and the instance's role; UserParameters are spec.postgresql.parameters.
+type ServerConfig struct {
+	// MajorVersion is the PostgreSQL major version of the server binaries
+	// (13 to 18); settings that version does not know are never rendered.
+	MajorVersion int
+	// Port is the TCP port (and the Unix socket's name suffix).
+	Port int
+	// ListenAddresses is listen_addresses, such as "*".
+	ListenAddresses string
+	// SocketDir is the only unix_socket_directories entry; the instance
+	// manager connects there.
+	SocketDir string
+	// ClusterName is cluster_name, shown in process titles (the instance name).
+	ClusterName string
+
+	// UserParameters are the user's settings. Reserved names are dropped
+	// and reported in Conf.Ignored; see ReservedParameters.
+	UserParameters map[string]string
+
+	// PrimaryConnInfo and PrimarySlotName make the server stream from a
+	// primary (see PrimaryConnInfo); both are empty on a primary. A slot
+	// without a connection string is an error.
+	PrimaryConnInfo string
+	PrimarySlotName string
+	// SynchronousStandbyNames is synchronous_standby_names (see
+	// SynchronousStandbyNames); empty for asynchronous replication.
+	SynchronousStandbyNames string
+	// ArchiveCommand turns archive_mode on when set, off when empty.
+	ArchiveCommand string
+	// RestoreCommand is restore_command, for replicas that fall back to the
+	// WAL archive and for recovery from a backup.
+	RestoreCommand string
+	// TLS turns ssl on with these files; nil leaves ssl off.
+	TLS *TLSFiles
+}
+
+// TLSFiles are the server's TLS files, as paths PostgreSQL can read.
+type TLSFiles struct {
+	CertFile string
+	KeyFile  string
+	// CAFile verifies client certificates (needed for cert authentication);
+	// optional otherwise.
+	CAFile string
+}
+
+// Conf is a rendered postgresql.conf.
+type Conf struct {
+	// Text is the file's content.
+	Text string
+	// Ignored are the user parameters left out of Text, sorted by name,
+	// for the caller to log and report in status: none of them is an error
+	// that should stop the server from starting.
+	Ignored []IgnoredParameter
+}
+
+// IgnoredParameter is a user parameter that was not rendered, and why.
+type IgnoredParameter struct {
+	Name   string
+	Reason string
+}
+
+// Defaults Tusk sets unless the user sets them: what streaming replication,
+// pg_rewind and SCRAM authentication need, and room for a few replicas and
+// backup streams. Users may raise them or pick wal_level = logical.
+var tuskDefaults = map[string]string{ //nolint:gosec // G101: password_encryption is a setting name, not a credential
+	"wal_level":             "replica",
+	"max_wal_senders":       "10",
+	"max_replication_slots": "10",
+	"wal_log_hints":         "on",
+	"password_encryption":   "scram-sha-256",
+}
+
+// allowedWALLevels: minimal would break replicas and backups.
+var allowedWALLevels = []string{"replica", "logical"}
+
+// slotName is what PostgreSQL accepts as a replication slot name.
+var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+// setting is one name = value line.
+type setting struct {
+	name, value string
+}
+
+// PostgresqlConf renders the postgresql.conf the instance manager writes
+// into PGDATA. Defaults and user parameters come first, Tusk's own
+// settings last: PostgreSQL takes the last occurrence of a setting, so
+// Tusk's win even if a reserved name slipped past the filter. Settings
+// made with ALTER SYSTEM (postgresql.auto.conf, read after this file)
+// still override it; that is PostgreSQL's design, not something a
+// rendered file can prevent.
+//
+// It returns an error, and no text, for input that cannot be rendered
+// safely: an unsupported major version, a malformed name, or a value with
+// a line break. User parameters that are merely unwelcome (reserved, or
+// unknown to this major version) are dropped and listed in Conf.Ignored.
+func PostgresqlConf(in ServerConfig) (Conf, error) {
+	if err := in.validate(); err != nil {
+		return Conf{}, fmt.Errorf("while rendering postgresql.conf: %w", err)
+	}
+	user, ignored, err := userSettings(in.UserParameters, in.MajorVersion)
+	if err != nil {
+		return Conf{}, fmt.Errorf("while rendering postgresql.conf: %w", err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# postgresql.conf for PostgreSQL %d.\n", in.MajorVersion)
+	b.WriteString("# This file is managed by Tusk and will be overwritten: do not edit it.\n")
+	b.WriteString("# Set parameters in the PostgresCluster's spec.postgresql.parameters.\n")
+	b.WriteString("# PostgreSQL takes the last occurrence of a setting: Tusk's own come last.\n")
+	if err := writeSection(&b, "Defaults and user parameters", user); err != nil {
+		return Conf{}, fmt.Errorf("while rendering postgresql.conf: %w", err)
+	}
+	if err := writeSection(&b, "Managed by Tusk", ownedSettings(in)); err != nil {
+		return Conf{}, fmt.Errorf("while rendering postgresql.conf: %w", err)
+	}
+	writeIgnored(&b, ignored)
+	return Conf{Text: b.String(), Ignored: ignored}, nil
+}
+
+// writeSection writes a comment and the settings, sorted by name.
+func writeSection(b *strings.Builder, title string, settings []setting) error {
+	slices.SortFunc(settings, func(x, y setting) int { return strings.Compare(x.name, y.name) })
+	fmt.Fprintf(b, "\n# %s\n", title)
+	for _, s := range settings {
+		quoted, err := quoteValue(s.name, s.value)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(b, "%s = %s\n", s.name, quoted)
+	}
+	return nil
+}
+
+// writeIgnored lists the parameters left out, so someone reading the file
+// in the pod sees why a setting they asked for is missing. Names are
+// valid setting names (checked before), so they cannot break the comment.
+func writeIgnored(b *strings.Builder, ignored []IgnoredParameter) {
+	if len(ignored) == 0 {
+		return
+	}
+	b.WriteString("\n# User parameters left out\n")
+	for _, p := range ignored {
+		fmt.Fprintf(b, "# %s: %s\n", p.Name, p.Reason)
+	}
+}
+
+// validate checks the Tusk-owned fields; they come from the instance
+// manager, so a problem here is a bug to report, not a user mistake.
+func (in ServerConfig) validate() error {
+	if err := checkMajorVersion(in.MajorVersion); err != nil {
+		return err
+	}
+	var errs []error
+	if in.Port < 1 || in.Port > 65535 {
+		errs = append(errs, fmt.Errorf("port %d is not a TCP port", in.Port))
+	}
+	if in.ListenAddresses == "" {
+		errs = append(errs, errors.New("listen_addresses is empty: replicas and Services could not connect"))
+	}
+	if in.SocketDir == "" {
+		errs = append(errs, errors.New("the Unix socket directory is empty: the instance manager connects there"))
+	}
+	if in.PrimarySlotName != "" && !slotName.MatchString(in.PrimarySlotName) {
+		errs = append(errs, fmt.Errorf("primary_slot_name %q is not a replication slot name (a-z, 0-9, _; at most 63)", in.PrimarySlotName))
+	}
+	if in.PrimarySlotName != "" && in.PrimaryConnInfo == "" {
+		errs = append(errs, errors.New("primary_slot_name is set without primary_conninfo: a slot needs a primary to stream from"))
+	}
+	if in.TLS != nil && (in.TLS.CertFile == "" || in.TLS.KeyFile == "") {
+		errs = append(errs, errors.New("TLS needs both a certificate and a key file"))
+	}
+	return errors.Join(errs...)
+}
+
+// userSettings merges Tusk's defaults with the user's parameters (the
+// user's win) and drops what must not be rendered, saying why.
+func userSettings(params map[string]string, major int) ([]setting, []IgnoredParameter, error) {
+	merged := maps.Clone(tuskDefaults)
+	var ignored []IgnoredParameter
+	for _, name := range slices.Sorted(maps.Keys(params)) {
+		value := params[name]
+		if err := checkName(name); err != nil {
+			return nil, nil, err
+		}
+		if reason := ignoreReason(name, value, major); reason != "" {
+			ignored = append(ignored, IgnoredParameter{Name: name, Reason: reason})
+			continue
+		}
+		merged[name] = value
+	}
+	var out []setting
+	for name, value := range merged {
+		if unknownIn(name, major) == "" {
+			out = append(out, setting{name, value})
+		}
+	}
+	return out, ignored, nil
+}
+
+// ignoreReason says why a user parameter is left out, or "" to keep it.
+func ignoreReason(name, value string, major int) string {
+	switch {
+	case IsReserved(name):
+		return "managed by Tusk: it keeps Services, replication, failover, archiving, TLS or logging working"
+	case slices.Contains(includeDirectives, name):
+		return "an include directive, not a setting: it would make PostgreSQL read another file"
+	case name == "wal_level" && !slices.Contains(allowedWALLevels, value):
+		return "wal_level must be replica or logical: streaming replicas and backups need at least replica"
+	default:
+		return unknownIn(name, major)
+	}
+}
+
+// ownedSettings are the settings Tusk owns, always rendered (empty values
+// included) so the file states the role it gives the server; settings
+// unknown to the major version are left out.
+func ownedSettings(in ServerConfig) []setting {
+	archiveMode := "off"
+	if in.ArchiveCommand != "" {
+		archiveMode = "on"
+	}
+	owned := []setting{
+		{"listen_addresses", in.ListenAddresses},
+		{"port", strconv.Itoa(in.Port)},
+		{"unix_socket_directories", in.SocketDir},
+		{"cluster_name", in.ClusterName},
+		// Replicas answer read-only queries (the -ro Service).
+		{"hot_standby", "on"},
+		// The instance manager reads stderr and logs it as JSON.
+		{"logging_collector", "off"},
+		{"log_destination", "stderr"},
+		{"archive_mode", archiveMode},
+		{"archive_command", in.ArchiveCommand},
+		// archive_command is how Tusk archives; on 16 and later setting
+		// both is an error, on 15 the library would silently win.
+		{"archive_library", ""},
+		{"restore_command", in.RestoreCommand},
+		{"primary_conninfo", in.PrimaryConnInfo},
+		{"primary_slot_name", in.PrimarySlotName},
+		{"synchronous_standby_names", in.SynchronousStandbyNames},
+	}
+	owned = append(owned, tlsSettings(in.TLS)...)
+	return slices.DeleteFunc(owned, func(s setting) bool { return unknownIn(s.name, in.MajorVersion) != "" })
+}
+
+// tlsSettings turns ssl on with the given files, or off.
+func tlsSettings(tls *TLSFiles) []setting {
+	if tls == nil {
+		return []setting{{"ssl", "off"}}
+	}
+	s := []setting{
+		{"ssl", "on"},
+		{"ssl_cert_file", tls.CertFile},
+		{"ssl_key_file", tls.KeyFile},
+	}
+	if tls.CAFile != "" {
+		s = append(s, setting{"ssl_ca_file", tls.CAFile})
+	}
+	return s
+}
