@@ -1,0 +1,175 @@
+//go:build integration
+
+package pgconf
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRenderedConfigurationRunsOnPostgreSQL writes rendered files into a
+// fresh data directory, starts a real server and checks that PostgreSQL
+// read every setting with exactly the value Tusk meant (quoting included),
+// that Tusk's settings won over the user's attempts, and that pg_hba.conf
+// lets in what it should (TLS with a password, replication with a client
+// certificate, primary_conninfo through libpq) and rejects the rest.
+func TestRenderedConfigurationRunsOnPostgreSQL(t *testing.T) {
+	s := newPGServer(t)
+	port := freePort(t)
+	pki := newTestPKI(t, s, "tusk_replication")
+	clusterName := fmt.Sprintf("tusk-pgconf-it-%d-%d", os.Getpid(), time.Now().UnixNano())
+	in := serverConfigFor(s, port, pki, clusterName)
+	conf, err := PostgresqlConf(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hba, err := PgHBA(HBAConfig{
+		ReplicationUser: "tusk_replication", TLS: true, ReplicationAuth: ReplicationAuthCert,
+		ExtraRules: []string{"hostssl all nobody 127.0.0.1/32 reject"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.writeFile("data/postgresql.conf", conf.Text)
+	s.writeFile("data/pg_hba.conf", hba)
+
+	if got := s.run("postgres", "-D", s.data, "-C", "port"); got != strconv.Itoa(port) {
+		t.Errorf("postgres -C port = %q, want Tusk's %d (the user asked for 1)", got, port)
+	}
+	s.start(clusterName)
+	local := fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres", in.SocketDir, port)
+
+	checkNoConfigErrors(t, s, local)
+	checkEverySettingAsRendered(t, s, local, conf.Text)
+	checkTuskWon(t, s, local, port, conf.Ignored)
+	checkTLSAndHBA(t, s, port, pki)
+	checkPrimaryConnInfoThroughLibpq(t, s, in.PrimaryConnInfo)
+}
+
+// serverConfigFor is a primary with TLS and archiving, hostile user
+// parameters (reserved names, an include directive) and values that need
+// quoting in both postgresql.conf and libpq syntax.
+func serverConfigFor(s *pgServer, port int, pki testPKI, clusterName string) ServerConfig {
+	passfile := s.writeFile("pgpass", fmt.Sprintf("127.0.0.1:%d:*:postgres:%s\n", port,
+		strings.NewReplacer(`\`, `\\`, `:`, `\:`).Replace(s.password)))
+	return ServerConfig{
+		MajorVersion: s.major, Port: port, ListenAddresses: "127.0.0.1",
+		SocketDir: filepath.Join(s.dir, "run"), ClusterName: clusterName,
+		UserParameters: map[string]string{
+			"port": "1", "ssl": "off", "hot_standby": "off", "logging_collector": "on",
+			"log_destination": "csvlog", "include_if_exists": "/nonexistent.conf",
+			"log_line_prefix": `%m [%p] it's \d `, "max_wal_senders": "7", "shared_buffers": "16MB",
+		},
+		PrimaryConnInfo: PrimaryConnInfo(ConnInfo{
+			Host: "127.0.0.1", Port: port, User: "postgres", ApplicationName: `it's a \ test`,
+			PassFile: passfile, SSLMode: "verify-full", SSLRootCert: pki.CA,
+		}),
+		PrimarySlotName:         "orders_2",
+		SynchronousStandbyNames: SynchronousStandbyNames(2, []string{"orders-3", `we"ird`}),
+		ArchiveCommand:          `test ! -f '/nonexistent/%f' && echo "a\b" > /dev/null`,
+		RestoreCommand:          `cp '/nonexistent/%f' "%p"`,
+		TLS:                     &TLSFiles{CertFile: pki.ServerCert, KeyFile: pki.ServerKey, CAFile: pki.CA},
+	}
+}
+
+func checkNoConfigErrors(t *testing.T, s *pgServer, local string) {
+	t.Helper()
+	if got := s.mustPSQL(local, "SELECT count(*) FROM pg_file_settings WHERE error IS NOT NULL"); got != "0" {
+		t.Errorf("pg_file_settings has %s errors: %s", got, s.mustPSQL(local, "SELECT * FROM pg_file_settings WHERE error IS NOT NULL"))
+	}
+	if got := s.mustPSQL(local, "SELECT count(*) FROM pg_hba_file_rules WHERE error IS NOT NULL"); got != "0" {
+		t.Errorf("pg_hba_file_rules has %s errors: %s", got, s.mustPSQL(local, "SELECT * FROM pg_hba_file_rules WHERE error IS NOT NULL"))
+	}
+}
+
+// checkEverySettingAsRendered reads each rendered line back with SHOW.
+func checkEverySettingAsRendered(t *testing.T, s *pgServer, local, text string) {
+	t.Helper()
+	n := 0
+	for _, line := range strings.Split(text, "\n") {
+		name, quoted, ok := strings.Cut(line, " = ")
+		if !ok || strings.HasPrefix(line, "#") {
+			continue
+		}
+		n++
+		want := unquoteConfValue(t, quoted)
+		if got := s.mustPSQL(local, "SHOW "+name); got != want {
+			t.Errorf("SHOW %s = %q, want %q (rendered as %s)", name, got, want, quoted)
+		}
+	}
+	if n < 20 {
+		t.Errorf("only %d settings checked; the rendered file looks wrong:\n%s", n, text)
+	}
+}
+
+// unquoteConfValue undoes quoteValue: a doubled quote or backslash is one.
+func unquoteConfValue(t *testing.T, quoted string) string {
+	t.Helper()
+	inner, ok := strings.CutPrefix(quoted, "'")
+	inner, ok2 := strings.CutSuffix(inner, "'")
+	if !ok || !ok2 {
+		t.Fatalf("value %s is not quoted", quoted)
+	}
+	var b strings.Builder
+	for i := 0; i < len(inner); i++ {
+		if (inner[i] == '\'' || inner[i] == '\\') && i+1 < len(inner) && inner[i+1] == inner[i] {
+			i++
+		}
+		b.WriteByte(inner[i])
+	}
+	return b.String()
+}
+
+func checkTuskWon(t *testing.T, s *pgServer, local string, port int, ignored []IgnoredParameter) {
+	t.Helper()
+	for name, want := range map[string]string{
+		"port": strconv.Itoa(port), "ssl": "on", "hot_standby": "on", "logging_collector": "off",
+		"log_destination": "stderr", "max_wal_senders": "7", "wal_level": "replica",
+	} {
+		if got := s.mustPSQL(local, "SHOW "+name); got != want {
+			t.Errorf("SHOW %s = %q, want %q", name, got, want)
+		}
+	}
+	var names []string
+	for _, p := range ignored {
+		names = append(names, p.Name)
+	}
+	want := []string{"hot_standby", "include_if_exists", "log_destination", "logging_collector", "port", "ssl"}
+	if !slices.Equal(names, want) {
+		t.Errorf("ignored %q, want %q", names, want)
+	}
+}
+
+func checkTLSAndHBA(t *testing.T, s *pgServer, port int, pki testPKI) {
+	t.Helper()
+	tcp := fmt.Sprintf("host=127.0.0.1 port=%d dbname=postgres sslrootcert=%s", port, pki.CA)
+	if got := s.mustPSQL(tcp+" user=postgres sslmode=verify-full", "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"); got != "t" {
+		t.Errorf("a verify-full connection is not using TLS: %q", got)
+	}
+	if out, err := s.psql(tcp+" user=postgres sslmode=disable", "SELECT 1"); err == nil || !strings.Contains(out, "rejects connection") {
+		t.Errorf("a connection without TLS was not rejected by pg_hba.conf: %v %s", err, out)
+	}
+	s.mustPSQL(tcp+" user=postgres sslmode=verify-full", "CREATE ROLE tusk_replication REPLICATION LOGIN")
+	repl := tcp + " user=tusk_replication replication=true sslmode=verify-full"
+	if out, err := s.psql(repl+" sslcert="+pki.ClientCert+" sslkey="+pki.ClientKey, "IDENTIFY_SYSTEM"); err != nil {
+		t.Errorf("replication with a client certificate failed: %v\n%s", err, out)
+	}
+	if out, err := s.psql(repl, "IDENTIFY_SYSTEM"); err == nil {
+		t.Errorf("replication without a client certificate was let in: %s", out)
+	}
+}
+
+// checkPrimaryConnInfoThroughLibpq connects with the rendered
+// primary_conninfo, so libpq itself parses its quoting and keywords.
+func checkPrimaryConnInfoThroughLibpq(t *testing.T, s *pgServer, conninfo string) {
+	t.Helper()
+	if got := s.mustPSQL(conninfo+" dbname=postgres", "SELECT current_setting('application_name')"); got != `it's a \ test` {
+		t.Errorf("application_name through libpq = %q, want %q", got, `it's a \ test`)
+	}
+}
