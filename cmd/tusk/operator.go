@@ -4,10 +4,9 @@ import (
 	goflag "flag"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
-	"go.uber.org/zap/zapcore"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"tusk.dev/tusk/internal/operator"
 	"tusk.dev/tusk/internal/version"
@@ -15,14 +14,13 @@ import (
 
 func newOperatorCommand() *cobra.Command {
 	opts := operator.Options{}
-	// Production defaults (JSON, info level) with readable timestamps.
-	logOpts := zap.Options{TimeEncoder: zapcore.ISO8601TimeEncoder}
+	var newLogger func() logr.Logger
 	cmd := &cobra.Command{
 		Use:   "operator",
 		Short: "Run the Tusk operator (the controller manager)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			logger := zap.New(zap.UseFlagOptions(&logOpts))
+			logger := newLogger()
 			ctrl.SetLogger(logger)
 			logger.Info("Starting tusk", "version", version.Get().Version, "commit", version.Get().Commit)
 			cfg, err := ctrl.GetConfig()
@@ -40,9 +38,7 @@ func newOperatorCommand() *cobra.Command {
 	f.BoolVar(&opts.LeaderElect, "leader-elect", true, "elect a leader so only one operator replica reconciles")
 	f.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (the pod's own when empty)")
 	f.DurationVar(&opts.GracefulShutdownTimeout, "graceful-shutdown-timeout", 30*time.Second, "how long running reconciles may take to finish on shutdown")
-	logFlags := goflag.NewFlagSet("log", goflag.ContinueOnError)
-	logOpts.BindFlags(logFlags)
-	f.AddGoFlagSet(logFlags)
+	newLogger = logFlags(f)
 	// controller-runtime registers --kubeconfig on the standard flag set.
 	if kubeconfig := goflag.CommandLine.Lookup("kubeconfig"); kubeconfig != nil {
 		f.AddGoFlag(kubeconfig)

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+
+	"tusk.dev/tusk/internal/instance"
+	"tusk.dev/tusk/internal/instance/pgbin"
+	"tusk.dev/tusk/internal/instance/supervisor"
+	"tusk.dev/tusk/internal/instanceapi"
+)
+
+func newInstanceCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "instance",
+		Short: "The instance manager, PID 1 of every PostgreSQL pod",
+	}
+	cmd.AddCommand(newInstanceRunCommand(), newBootstrapCopyCommand())
+	return cmd
+}
+
+type instanceFlags struct {
+	opts       instance.Options
+	role       string
+	binDir     string
+	configFile string
+}
+
+func newInstanceRunCommand() *cobra.Command {
+	f := instanceFlags{opts: instance.Options{
+		Timeouts:       supervisor.DefaultTimeouts,
+		RestartBackoff: instance.Backoff{Min: time.Second, Max: 30 * time.Second},
+	}}
+	var newLogger func() logr.Logger
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Bootstrap the data directory if needed, then run and supervise postgres",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := newLogger()
+			if err := f.complete(); err != nil {
+				return err
+			}
+			return runInstance(f.opts, log)
+		},
+	}
+	fl := cmd.Flags()
+	newLogger = logFlags(fl)
+	o := &f.opts
+	fl.StringVar(&o.Name, "name", os.Getenv("POD_NAME"), "instance name (the pod's name)")
+	fl.StringVar(&o.ClusterName, "cluster", "", "PostgresCluster name")
+	fl.StringVar(&o.DataDir, "pgdata", os.Getenv("PGDATA"), "data directory; its parent must be writable")
+	fl.StringVar(&f.binDir, "pg-bindir", "", "directory of the PostgreSQL server programs (found on PATH, by pg_config or in /usr/lib/postgresql when empty)")
+	fl.IntVar(&o.Port, "port", 5432, "PostgreSQL port")
+	fl.StringVar(&o.ListenAddresses, "listen-addresses", "*", "PostgreSQL listen_addresses")
+	fl.StringVar(&o.SocketDir, "socket-dir", "/run/tusk/socket", "directory of PostgreSQL's unix socket")
+	fl.StringVar(&o.RunDir, "run-dir", "/run/tusk", "private directory for the passfile")
+	fl.StringVar(&o.HTTPAddr, "http-addr", fmt.Sprintf(":%d", instanceapi.DefaultStatusPort), "address of /status, probes, metrics and commands")
+	fl.StringVar(&f.role, "role", "primary", "role asked for at start: primary or replica")
+	fl.StringVar(&o.Upstream.Host, "upstream-host", "", "primary a replica copies and streams from")
+	fl.IntVar(&o.Upstream.Port, "upstream-port", 5432, "port of the upstream")
+	fl.StringVar(&o.InitDB.Database, "database", "app", "application database a new cluster creates")
+	fl.StringVar(&o.InitDB.Owner, "owner", "app", "owner of the application database")
+	fl.StringVar(&o.Secrets.Superuser, "superuser-password-file", "", "file holding the postgres superuser's password")
+	fl.StringVar(&o.Secrets.Replication, "replication-password-file", "", "file holding the replication role's password")
+	fl.StringVar(&o.Secrets.App, "app-password-file", "", "file holding the application owner's password")
+	fl.StringVar(&f.configFile, "config-file", "", "JSON file with the initial configuration (parameters, synchronousStandbyNames)")
+	fl.DurationVar(&o.Timeouts.Smart, "smart-shutdown-timeout", o.Timeouts.Smart, "how long sessions may finish on shutdown before fast mode")
+	fl.DurationVar(&o.Timeouts.Fast, "fast-shutdown-timeout", o.Timeouts.Fast, "how long a fast shutdown may take before immediate mode")
+	return cmd
+}
+
+func (f *instanceFlags) complete() error {
+	f.opts.Role = instanceapi.Role(f.role)
+	dir, err := pgbin.Finder{Dir: f.binDir}.Find()
+	if err != nil {
+		return err
+	}
+	f.opts.BinDir = dir
+	if f.opts.MajorVersion, err = pgbin.MajorVersion(dir); err != nil {
+		return err
+	}
+	if f.configFile != "" {
+		data, err := os.ReadFile(f.configFile)
+		if err != nil {
+			return fmt.Errorf("while reading the configuration: %w", err)
+		}
+		if err := json.Unmarshal(data, &f.opts.Config); err != nil {
+			return fmt.Errorf("while parsing the configuration %s: %w", f.configFile, err)
+		}
+	}
+	return nil
+}
+
+// runInstance runs the manager until SIGTERM or SIGINT, then stops postgres
+// in order and returns. SIGHUP is passed on as a configuration reload.
+func runInstance(opts instance.Options, log logr.Logger) error {
+	m, err := instance.New(opts, log)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for range hup {
+			m.ForwardSignal(syscall.SIGHUP)
+		}
+	}()
+	if os.Getpid() != 1 {
+		// Outside a container, still inherit (and reap) orphans.
+		if err := supervisor.BecomeSubreaper(); err != nil {
+			log.Error(err, "Becoming a child subreaper")
+		}
+	}
+	return m.Run(ctx)
+}
+
+func newBootstrapCopyCommand() *cobra.Command {
+	var dest string
+	cmd := &cobra.Command{
+		Use:   "bootstrap-copy",
+		Short: "Copy this binary into a shared volume, for the PostgreSQL container to run (init container)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return copySelf(dest)
+		},
+	}
+	cmd.Flags().StringVar(&dest, "dest", "/tusk/bin/tusk", "where to put the binary")
+	return cmd
+}
+
+// copySelf copies the running executable to dest atomically.
+func copySelf(dest string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	in, err := os.Open(self) //nolint:gosec // our own executable
+	if err != nil {
+		return err
+	}
+	defer func() { _ = in.Close() }()
+	if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil { //nolint:gosec // a shared, read-only-to-others bin dir
+		return err
+	}
+	tmp := dest + ".tmp"
+	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o755) //nolint:gosec // an executable
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		_ = out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dest)
+}

@@ -1,0 +1,185 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"tusk.dev/tusk/internal/instance/supervisor"
+	"tusk.dev/tusk/internal/instanceapi"
+)
+
+// bootstrapSuffix names the directory a new data directory is built in. It
+// is renamed into place only when complete, so a crash half-way leaves
+// nothing that looks like a cluster, and a retry starts over safely.
+const bootstrapSuffix = ".tusk-bootstrap"
+
+// bootstrap creates the data directory when there is none, as a new primary
+// (initdb) or as a copy of the upstream (pg_basebackup). It reports whether
+// it created one. An existing cluster is never touched.
+func (m *Manager) bootstrap(ctx context.Context) (bool, error) {
+	dataDir := m.opts.DataDir
+	if isDataDir(dataDir) {
+		m.log.Info("Using the existing data directory", "dataDir", dataDir)
+		return false, nil
+	}
+	if ok, err := emptyOrMissing(dataDir); err != nil || !ok {
+		return false, fmt.Errorf("refusing to bootstrap into %s: it is not empty and holds no PostgreSQL cluster (%v); "+
+			"move its contents away if they are not needed", dataDir, err)
+	}
+	if err := m.writePassfile(); err != nil {
+		return false, err
+	}
+	building := dataDir + bootstrapSuffix
+	if err := os.RemoveAll(building); err != nil {
+		return false, fmt.Errorf("while clearing an interrupted bootstrap: %w", err)
+	}
+	var err error
+	if m.opts.Role == instanceapi.RolePrimary {
+		err = m.initPrimary(ctx, building)
+	} else {
+		err = m.cloneFrom(ctx, m.opts.Upstream, building)
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, moveIntoPlace(building, dataDir)
+}
+
+// moveIntoPlace renames a complete data directory to its final path.
+func moveIntoPlace(from, to string) error {
+	if err := os.Remove(to); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("while removing the empty %s: %w", to, err)
+	}
+	if err := os.Rename(from, to); err != nil {
+		return fmt.Errorf("while moving the new data directory into place: %w", err)
+	}
+	return nil
+}
+
+// initPrimary runs initdb, then starts postgres privately (no TCP) to create
+// the roles and the application database.
+func (m *Manager) initPrimary(ctx context.Context, dir string) error {
+	m.log.Info("Creating a new database cluster with initdb", "database", m.opts.InitDB.Database, "owner", m.opts.InitDB.Owner)
+	err := m.runTool(ctx, "initdb", nil, "-D", dir,
+		"--username="+superuser, "--pwfile="+m.opts.Secrets.Superuser,
+		"--auth-local=scram-sha-256", "--auth-host=scram-sha-256",
+		// Checksums catch storage corruption, and let pg_rewind work.
+		"--data-checksums",
+		// The C locale never changes with the image's glibc, so indexes
+		// stay valid across image updates.
+		"--encoding=UTF8", "--locale=C", "--no-instructions")
+	if err != nil {
+		return err
+	}
+	return m.withPrivateServer(ctx, dir, m.createRolesAndDatabase)
+}
+
+// withPrivateServer runs fn against postgres on dir listening on the unix
+// socket only, then stops it cleanly.
+func (m *Manager) withPrivateServer(ctx context.Context, dir string, fn func(ctx context.Context, conn *pgx.Conn) error) error {
+	args := []string{"-c", "listen_addresses=", "-c", "unix_socket_directories=" + m.opts.SocketDir, "-c", "port=" + portArg(m.opts.Port)}
+	pm, err := supervisor.StartPostmaster(m.opts.BinDir, dir, args, m.reaper, m.log)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = pm.Stop(supervisor.Fast, m.opts.Timeouts) }()
+	if err := m.waitUntilAccepting(ctx, pm.Done()); err != nil {
+		return fmt.Errorf("while starting postgres to set it up (%s): %w", pm.LastError(), err)
+	}
+	conn, err := m.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	return fn(ctx, conn)
+}
+
+func (m *Manager) createRolesAndDatabase(ctx context.Context, conn *pgx.Conn) error {
+	replicationVerifier, err := scramVerifier(m.secrets.replicationPassword)
+	if err != nil {
+		return err
+	}
+	statements := []string{
+		fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD %s", ident(replicationUser), literal(replicationVerifier)),
+		fmt.Sprintf("CREATE ROLE %s NOLOGIN IN ROLE pg_monitor", ident(monitorRole)),
+	}
+	if owner := m.opts.InitDB.Owner; owner != "" {
+		ownerVerifier, err := scramVerifier(m.secrets.appPassword)
+		if err != nil {
+			return err
+		}
+		statements = append(statements,
+			fmt.Sprintf("CREATE ROLE %s WITH LOGIN PASSWORD %s", ident(owner), literal(ownerVerifier)),
+			fmt.Sprintf("CREATE DATABASE %s OWNER %s", ident(m.opts.InitDB.Database), ident(owner)))
+	}
+	for _, s := range statements {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			// The statement holds only a verifier, never a password.
+			return fmt.Errorf("while setting up the new cluster (%s): %w", firstWords(s, 3), err)
+		}
+	}
+	return nil
+}
+
+func firstWords(s string, n int) string {
+	f := strings.Fields(s)
+	if len(f) > n {
+		f = f[:n]
+	}
+	return strings.Join(f, " ")
+}
+
+func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// cloneFrom copies the upstream's data directory with pg_basebackup,
+// streaming the WAL written meanwhile so the copy is consistent on its own.
+func (m *Manager) cloneFrom(ctx context.Context, up instanceapi.Upstream, dir string) error {
+	m.log.Info("Copying the primary with pg_basebackup", "host", up.Host, "port", up.Port)
+	env := []string{"PGPASSFILE=" + m.passfilePath(), "PGAPPNAME=" + m.opts.Name}
+	err := m.runTool(ctx, "pg_basebackup", env, "-D", dir,
+		"--host="+up.Host, "--port="+portArg(up.Port), "--username="+replicationUser, "--no-password",
+		"--wal-method=stream", "--checkpoint=fast")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "standby.signal"), nil, 0o600)
+}
+
+// runTool runs one of PostgreSQL's programs, logging its output, and returns
+// an error that quotes the end of that output.
+func (m *Manager) runTool(ctx context.Context, name string, env []string, args ...string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(m.opts.BinDir, name), args...) //nolint:gosec // PostgreSQL's own programs
+	cmd.Env = append(os.Environ(), env...)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := m.reaper.Start(cmd); err != nil {
+		return fmt.Errorf("while starting %s: %w", name, err)
+	}
+	err := m.reaper.Wait(cmd)
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		if line != "" {
+			m.log.WithName(name).Info(line)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%s failed (%w): %s", name, err, lastLines(out.String(), 3))
+	}
+	return nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " / ")
+}

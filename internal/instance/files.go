@@ -1,0 +1,185 @@
+package instance
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"tusk.dev/tusk/internal/instance/pgconf"
+	"tusk.dev/tusk/internal/instanceapi"
+)
+
+// secrets are the passwords the manager uses, read once at start.
+type secrets struct {
+	superuserPassword   string
+	replicationPassword string
+	appPassword         string
+}
+
+func readSecrets(files SecretFiles) (secrets, error) {
+	var s secrets
+	var errs []error
+	read := func(path, what string, into *string) {
+		if path == "" {
+			return
+		}
+		data, err := os.ReadFile(path) //nolint:gosec // a mounted Secret named on the command line
+		if err != nil {
+			errs = append(errs, fmt.Errorf("while reading the %s password: %w", what, err))
+			return
+		}
+		*into = strings.TrimRight(string(data), "\r\n")
+		if *into == "" {
+			errs = append(errs, fmt.Errorf("the %s password file %s is empty", what, path))
+		}
+	}
+	read(files.Superuser, "superuser", &s.superuserPassword)
+	read(files.Replication, "replication", &s.replicationPassword)
+	read(files.App, "application owner", &s.appPassword)
+	if s.superuserPassword == "" && files.Superuser == "" {
+		errs = append(errs, errors.New("the superuser password file is required: the manager logs in with it"))
+	}
+	return s, errors.Join(errs...)
+}
+
+func (m *Manager) passfilePath() string { return filepath.Join(m.opts.RunDir, "pgpass") }
+
+// writePassfile writes the libpq password file that replication and
+// pg_rewind connections use, so no password appears on a command line or in
+// primary_conninfo.
+func (m *Manager) writePassfile() error {
+	line := func(user, password string) string {
+		return "*:*:*:" + pgpassEscape(user) + ":" + pgpassEscape(password) + "\n"
+	}
+	content := line(replicationUser, m.secrets.replicationPassword) + line(superuser, m.secrets.superuserPassword)
+	return writeFileAtomic(m.passfilePath(), []byte(content), 0o600)
+}
+
+func pgpassEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `:`, `\:`).Replace(s)
+}
+
+// replicationConnInfo is how a replica reaches its upstream.
+func (m *Manager) replicationConnInfo(up instanceapi.Upstream) string {
+	return pgconf.PrimaryConnInfo(pgconf.ConnInfo{
+		Host:            up.Host,
+		Port:            up.Port,
+		User:            replicationUser,
+		ApplicationName: m.opts.Name,
+		PassFile:        m.passfilePath(),
+		SSLMode:         "prefer",
+	})
+}
+
+// superuserConnInfo is how pg_rewind reads the new primary.
+func (m *Manager) superuserConnInfo(up instanceapi.Upstream) string {
+	return pgconf.PrimaryConnInfo(pgconf.ConnInfo{
+		Host:            up.Host,
+		Port:            up.Port,
+		User:            superuser,
+		ApplicationName: m.opts.Name + "-rewind",
+		PassFile:        m.passfilePath(),
+		SSLMode:         "prefer",
+	})
+}
+
+// writeConfig renders postgresql.conf and pg_hba.conf for st into the data
+// directory, and the standby.signal a replica starts with. It also empties
+// postgresql.auto.conf: ALTER SYSTEM would otherwise override the settings
+// Tusk owns and the user's spec.
+func (m *Manager) writeConfig(st state) error {
+	conf := pgconf.ServerConfig{
+		MajorVersion:            m.opts.MajorVersion,
+		Port:                    m.opts.Port,
+		ListenAddresses:         m.opts.ListenAddresses,
+		SocketDir:               m.opts.SocketDir,
+		ClusterName:             m.opts.ClusterName,
+		UserParameters:          st.config.Parameters,
+		SynchronousStandbyNames: st.config.SynchronousStandbyNames,
+	}
+	if st.role == instanceapi.RoleReplica {
+		conf.PrimaryConnInfo = m.replicationConnInfo(st.upstream)
+	}
+	rendered, err := pgconf.PostgresqlConf(conf)
+	if err != nil {
+		return fmt.Errorf("while rendering postgresql.conf: %w", err)
+	}
+	for _, p := range rendered.Ignored {
+		m.log.Info("Ignoring a parameter", "parameter", p.Name, "reason", p.Reason)
+	}
+	hba, err := pgconf.PgHBA(pgconf.HBAConfig{ReplicationUser: replicationUser})
+	if err != nil {
+		return fmt.Errorf("while rendering pg_hba.conf: %w", err)
+	}
+	files := map[string]string{
+		"postgresql.conf":      rendered.Text,
+		"pg_hba.conf":          hba,
+		"postgresql.auto.conf": "# Managed by Tusk: ALTER SYSTEM is not used; set spec.postgresql.parameters instead.\n",
+	}
+	for name, content := range files {
+		if err := writeFileAtomic(filepath.Join(m.opts.DataDir, name), []byte(content), 0o600); err != nil {
+			return err
+		}
+	}
+	return m.writeStandbySignal(st.role == instanceapi.RoleReplica)
+}
+
+// writeStandbySignal creates or removes standby.signal, which makes
+// postgres start as a replica.
+func (m *Manager) writeStandbySignal(replica bool) error {
+	path := filepath.Join(m.opts.DataDir, "standby.signal")
+	if replica {
+		return writeFileAtomic(path, nil, 0o600)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("while removing standby.signal: %w", err)
+	}
+	return nil
+}
+
+// writeFileAtomic replaces path with content, so a crash never leaves a
+// half-written configuration file behind.
+func writeFileAtomic(path string, content []byte, mode os.FileMode) error {
+	tmp := path + ".tusk-tmp"
+	if err := os.WriteFile(tmp, content, mode); err != nil {
+		return fmt.Errorf("while writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("while replacing %s: %w", path, err)
+	}
+	return nil
+}
+
+// isDataDir says whether dir holds a PostgreSQL cluster: a data directory
+// Tusk must never wipe.
+func isDataDir(dir string) bool {
+	for _, f := range []string{"PG_VERSION", filepath.Join("global", "pg_control")} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// isStandbyDataDir says whether the data directory starts as a replica.
+func isStandbyDataDir(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "standby.signal"))
+	return err == nil
+}
+
+// emptyOrMissing says whether dir can be replaced without losing anything.
+func emptyOrMissing(dir string) (bool, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return len(entries) == 0, nil
+}
+
+func portArg(port int) string { return strconv.Itoa(port) }

@@ -1,0 +1,304 @@
+// Package instance is the instance manager: PID 1 of every PostgreSQL pod.
+// It creates the data directory, renders the configuration, supervises
+// postgres, changes its role on the operator's word and reports its state.
+// It never decides who is primary; the operator does.
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"tusk.dev/tusk/internal/instance/supervisor"
+	"tusk.dev/tusk/internal/instanceapi"
+)
+
+// Options configure one instance.
+type Options struct {
+	// Name is the instance's name (its pod's name); replicas use it as
+	// application_name, which synchronous_standby_names refers to.
+	Name string
+	// ClusterName is the PostgresCluster's name.
+	ClusterName string
+	// DataDir is PGDATA. Its parent must be writable: bootstrap builds the
+	// data directory next to it and renames it into place when complete.
+	DataDir string
+	// BinDir holds the PostgreSQL server programs.
+	BinDir string
+	// MajorVersion is the major version of those programs.
+	MajorVersion int
+	// Port is PostgreSQL's port.
+	Port int
+	// ListenAddresses is PostgreSQL's listen_addresses.
+	ListenAddresses string
+	// SocketDir is where PostgreSQL puts its unix socket; the manager
+	// connects through it.
+	SocketDir string
+	// RunDir is a private directory for files with secrets (the passfile).
+	RunDir string
+	// HTTPAddr is where /status, /healthz, /readyz, /metrics and the
+	// operator's commands are served.
+	HTTPAddr string
+	// Role is the role the operator asks for at start.
+	Role instanceapi.Role
+	// Upstream is the primary a replica streams from.
+	Upstream instanceapi.Upstream
+	// InitDB says what a new primary creates.
+	InitDB InitDBOptions
+	// Secrets name the files with the passwords.
+	Secrets SecretFiles
+	// Config is the initial PostgreSQL configuration.
+	Config instanceapi.Config
+	// Timeouts bound each shutdown mode.
+	Timeouts supervisor.Timeouts
+	// RestartBackoff bounds the wait before restarting a crashed postgres.
+	RestartBackoff Backoff
+}
+
+// InitDBOptions describe the database a new cluster starts with.
+type InitDBOptions struct {
+	// Database is the application database.
+	Database string
+	// Owner is the role owning it.
+	Owner string
+}
+
+// SecretFiles are mounted Secret keys holding passwords.
+type SecretFiles struct {
+	Superuser   string
+	Replication string
+	App         string
+}
+
+// Backoff is an exponential backoff between Min and Max.
+type Backoff struct {
+	Min, Max time.Duration
+}
+
+// next doubles d within the bounds.
+func (b Backoff) next(d time.Duration) time.Duration {
+	if d < b.Min {
+		return b.Min
+	}
+	if d*2 > b.Max {
+		return b.Max
+	}
+	return d * 2
+}
+
+// Manager runs one PostgreSQL instance.
+type Manager struct {
+	opts    Options
+	log     logr.Logger
+	reaper  *supervisor.Reaper
+	secrets secrets
+	ops     chan operation
+	metrics *metrics
+	sizer   dirSizer
+
+	mu       sync.Mutex // guards what the HTTP handlers read
+	state    state
+	postgres *supervisor.Postmaster
+}
+
+// state is what the manager knows about itself, for /status.
+type state struct {
+	phase     instanceapi.Phase
+	role      instanceapi.Role // the role asked for
+	upstream  instanceapi.Upstream
+	config    instanceapi.Config
+	restarts  int
+	lastError string
+	stopped   bool // postgres is down on purpose (a role change under way)
+}
+
+// operation is work that must not overlap with supervision: role changes,
+// restarts, configuration. The run loop executes them one at a time.
+type operation struct {
+	name   string
+	fn     func(ctx context.Context) (any, error)
+	result chan operationResult
+}
+
+type operationResult struct {
+	value any
+	err   error
+}
+
+// New returns a manager for opts; Run starts it.
+func New(opts Options, log logr.Logger) (*Manager, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	s, err := readSecrets(opts.Secrets)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		opts:    opts,
+		log:     log,
+		reaper:  supervisor.NewReaper(log),
+		secrets: s,
+		ops:     make(chan operation),
+		state:   state{role: opts.Role, upstream: opts.Upstream, config: opts.Config},
+	}
+	m.metrics = newMetrics(m)
+	return m, nil
+}
+
+func (o Options) validate() error {
+	var errs []error
+	if o.Name == "" {
+		errs = append(errs, errors.New("the instance needs a name"))
+	}
+	if o.DataDir == "" || o.SocketDir == "" || o.RunDir == "" {
+		errs = append(errs, errors.New("the data, socket and run directories are required"))
+	}
+	if o.Port < 1 || o.Port > 65535 {
+		errs = append(errs, fmt.Errorf("port %d is not a TCP port", o.Port))
+	}
+	if o.Role != instanceapi.RolePrimary && o.Role != instanceapi.RoleReplica {
+		errs = append(errs, fmt.Errorf("role %q is neither primary nor replica", o.Role))
+	}
+	if o.Role == instanceapi.RoleReplica && o.Upstream.Host == "" {
+		errs = append(errs, errors.New("a replica needs an upstream host"))
+	}
+	return errors.Join(errs...)
+}
+
+// Run bootstraps the data directory if needed, then supervises postgres
+// until ctx is cancelled, when it stops postgres and returns.
+func (m *Manager) Run(ctx context.Context) error {
+	stopReaper := make(chan struct{})
+	defer close(stopReaper)
+	go m.reaper.Run(stopReaper)
+
+	server := m.startHTTP()
+	defer shutdownHTTP(server, m.log)
+
+	if err := m.prepare(ctx); err != nil {
+		m.setError(err)
+		return err
+	}
+	return m.supervise(ctx)
+}
+
+// prepare makes the data directory exist and match the role asked for.
+func (m *Manager) prepare(ctx context.Context) error {
+	m.setPhase(instanceapi.PhaseBootstrapping)
+	fresh, err := m.bootstrap(ctx)
+	if err != nil {
+		return err
+	}
+	if fresh {
+		return nil
+	}
+	return m.alignExistingDataDir(ctx)
+}
+
+// supervise keeps postgres running, restarting it after unexpected exits,
+// and runs operations in between.
+func (m *Manager) supervise(ctx context.Context) error {
+	var backoff time.Duration
+	var restartAt <-chan time.Time
+	if err := m.startPostgres(ctx); err != nil {
+		m.setError(err)
+		restartAt, backoff = m.scheduleRestart(backoff)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return m.stopPostgres(supervisor.Smart)
+		case <-m.exited():
+			m.recordCrash()
+			restartAt, backoff = m.scheduleRestart(backoff)
+		case <-restartAt:
+			restartAt = nil
+			if err := m.startPostgres(ctx); err != nil {
+				m.setError(err)
+				restartAt, backoff = m.scheduleRestart(backoff)
+			}
+		case op := <-m.ops:
+			value, err := op.fn(ctx)
+			op.result <- operationResult{value, err}
+			if err == nil {
+				backoff = 0
+			}
+		}
+	}
+}
+
+// exited is closed when the running postmaster exits; nil (never ready)
+// when postgres is not running.
+func (m *Manager) exited() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.postgres == nil {
+		return nil
+	}
+	return m.postgres.Done()
+}
+
+func (m *Manager) recordCrash() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	pm := m.postgres
+	m.postgres = nil
+	m.state.restarts++
+	m.state.phase = instanceapi.PhaseCrashed
+	m.state.lastError = fmt.Sprintf("postgres exited unexpectedly (%v)", pm.ExitErr())
+	if last := pm.LastError(); last != "" {
+		m.state.lastError += ": " + last
+	}
+	m.log.Info("Restarting postgres after an unexpected exit", "exit", fmt.Sprint(pm.ExitErr()), "lastError", pm.LastError())
+}
+
+func (m *Manager) scheduleRestart(previous time.Duration) (<-chan time.Time, time.Duration) {
+	wait := m.opts.RestartBackoff.next(previous)
+	m.log.Info("Waiting before starting postgres again", "backoff", wait.String())
+	return time.After(wait), wait
+}
+
+// do runs fn in the run loop and waits for its result.
+func (m *Manager) do(ctx context.Context, name string, fn func(ctx context.Context) (any, error)) (any, error) {
+	op := operation{name: name, fn: fn, result: make(chan operationResult, 1)}
+	select {
+	case m.ops <- op:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	res := <-op.result
+	return res.value, res.err
+}
+
+func (m *Manager) setPhase(p instanceapi.Phase) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.state.phase = p
+}
+
+func (m *Manager) setError(err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.state.lastError = err.Error()
+	m.log.Error(err, "Instance manager error")
+}
+
+func (m *Manager) snapshot() state {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.state
+}
+
+func shutdownHTTP(server *http.Server, log logr.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := server.Shutdown(ctx); err != nil {
+		log.Error(err, "Stopping the HTTP server")
+	}
+}

@@ -1,0 +1,168 @@
+package instance
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics exports PostgreSQL's state and the manager's own to Prometheus.
+// PostgreSQL is queried at scrape time under the pg_monitor role
+// (SET ROLE tusk_monitor), so the queries hold no superuser rights.
+type metrics struct {
+	m        *Manager
+	registry *prometheus.Registry
+}
+
+func newMetrics(m *Manager) *metrics {
+	reg := prometheus.NewRegistry()
+	mt := &metrics{m: m, registry: reg}
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), mt)
+	return mt
+}
+
+func (mt *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(mt.registry, promhttp.HandlerOpts{})
+}
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("tusk_"+name, help, labels, nil)
+}
+
+var (
+	descUp          = desc("pg_up", "Whether PostgreSQL accepts connections (1) or not (0).")
+	descRestarts    = desc("instance_postgres_restarts_total", "Unexpected postgres exits the instance manager recovered from.")
+	descRole        = desc("pg_role", "The instance's role: 1 for the role it has.", "role")
+	descTimeline    = desc("pg_timeline", "The current PostgreSQL timeline.")
+	descLagBytes    = desc("pg_replication_lag_bytes", "On a replica: WAL received but not yet replayed, in bytes.")
+	descLagSeconds  = desc("pg_replication_lag_seconds", "On a replica: age of the last replayed transaction while replay is behind.")
+	descReplicaLag  = desc("pg_replica_lag_bytes", "On a primary: how far each connected standby's replay is behind.", "replica", "sync_state")
+	descConnections = desc("pg_connections", "Client backends by state.", "state")
+	descXIDAge      = desc("pg_xid_age", "Age of the oldest unfrozen transaction ID of any database (wraparound is at 2^31).")
+	descDBSize      = desc("pg_database_size_bytes", "Size of each database.", "database")
+	descWALBytes    = desc("pg_wal_written_bytes_total", "WAL written since the cluster was created (primary), from the current LSN.")
+	descArchived    = desc("pg_wal_archived_total", "WAL files archived successfully.")
+	descArchiveFail = desc("pg_wal_archive_failed_total", "Failed attempts to archive WAL files.")
+	descArchiveAge  = desc("pg_wal_last_archived_age_seconds", "Time since the last WAL file was archived.")
+)
+
+// Describe implements prometheus.Collector.
+func (mt *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descUp, descRestarts, descRole, descTimeline, descLagBytes, descLagSeconds,
+		descReplicaLag, descConnections, descXIDAge, descDBSize, descWALBytes, descArchived, descArchiveFail, descArchiveAge} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (mt *metrics) Collect(ch chan<- prometheus.Metric) {
+	st := mt.m.snapshot()
+	ch <- prometheus.MustNewConstMetric(descRestarts, prometheus.CounterValue, float64(st.restarts))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	up := 0.0
+	if err := mt.collectPostgres(ctx, ch); err == nil {
+		up = 1
+	} else {
+		mt.m.log.V(1).Info("Collecting PostgreSQL metrics", "error", err.Error())
+	}
+	ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, up)
+}
+
+func (mt *metrics) collectPostgres(ctx context.Context, ch chan<- prometheus.Metric) error {
+	conn, err := mt.m.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	if _, err := conn.Exec(ctx, "SET ROLE "+ident(monitorRole)); err != nil {
+		return err
+	}
+	st := mt.m.Status(ctx)
+	for _, role := range []string{"primary", "replica"} {
+		ch <- gauge(descRole, boolFloat(string(st.Role) == role), role)
+	}
+	ch <- gauge(descTimeline, float64(st.Timeline))
+	ch <- gauge(descLagBytes, float64(st.ReplayLagBytes))
+	ch <- gauge(descLagSeconds, st.ReplayLagSeconds)
+	for _, r := range st.Replicas {
+		ch <- gauge(descReplicaLag, float64(r.LagBytes), r.Name, r.SyncState)
+	}
+	for _, collect := range []func(context.Context, *pgx.Conn, chan<- prometheus.Metric) error{
+		collectConnections, collectDatabases, collectWAL,
+	} {
+		if err := collect(ctx, conn, ch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func collectConnections(ctx context.Context, conn *pgx.Conn, ch chan<- prometheus.Metric) error {
+	rows, err := conn.Query(ctx, `SELECT coalesce(state, 'unknown'), count(*) FROM pg_stat_activity
+		WHERE backend_type = 'client backend' GROUP BY 1`)
+	if err != nil {
+		return err
+	}
+	var state string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&state, &n}, func() error {
+		ch <- gauge(descConnections, float64(n), state)
+		return nil
+	})
+	return err
+}
+
+func collectDatabases(ctx context.Context, conn *pgx.Conn, ch chan<- prometheus.Metric) error {
+	rows, err := conn.Query(ctx, `SELECT datname, pg_database_size(oid), age(datfrozenxid) FROM pg_database WHERE datallowconn`)
+	if err != nil {
+		return err
+	}
+	var name string
+	var size, age, maxAge int64
+	_, err = pgx.ForEachRow(rows, []any{&name, &size, &age}, func() error {
+		ch <- gauge(descDBSize, float64(size), name)
+		maxAge = max(maxAge, age)
+		return nil
+	})
+	ch <- gauge(descXIDAge, float64(maxAge))
+	return err
+}
+
+func collectWAL(ctx context.Context, conn *pgx.Conn, ch chan<- prometheus.Metric) error {
+	var written *float64
+	var archived, failed int64
+	var lastAge *float64
+	err := conn.QueryRow(ctx, `SELECT CASE WHEN pg_is_in_recovery() THEN NULL
+		ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::float8 END,
+		archived_count, failed_count, extract(epoch FROM now() - last_archived_time)::float8
+		FROM pg_stat_archiver`).Scan(&written, &archived, &failed, &lastAge)
+	if err != nil {
+		return err
+	}
+	if written != nil {
+		ch <- prometheus.MustNewConstMetric(descWALBytes, prometheus.CounterValue, *written)
+	}
+	ch <- prometheus.MustNewConstMetric(descArchived, prometheus.CounterValue, float64(archived))
+	ch <- prometheus.MustNewConstMetric(descArchiveFail, prometheus.CounterValue, float64(failed))
+	if lastAge != nil {
+		ch <- gauge(descArchiveAge, *lastAge)
+	}
+	return nil
+}
+
+func gauge(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
+	return prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,145 @@
+package instance
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+
+	"tusk.dev/tusk/internal/instance/supervisor"
+	"tusk.dev/tusk/internal/instanceapi"
+)
+
+// startPostgres renders the configuration for the current state and starts
+// postgres. It does not wait for connections: crash recovery can take long,
+// and the run loop must keep serving operations and status meanwhile.
+func (m *Manager) startPostgres(ctx context.Context) error {
+	st := m.snapshot()
+	if err := m.writePassfile(); err != nil {
+		return err
+	}
+	if err := m.writeConfig(st); err != nil {
+		return err
+	}
+	pm, err := supervisor.StartPostmaster(m.opts.BinDir, m.opts.DataDir, nil, m.reaper, m.log)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.postgres = pm
+	m.state.phase = instanceapi.PhaseStarting
+	m.state.stopped = false
+	m.mu.Unlock()
+	m.log.Info("Started postgres", "pid", pm.Pid(), "role", st.role)
+	go m.markRunningWhenAccepting(ctx, pm)
+	return nil
+}
+
+func (m *Manager) markRunningWhenAccepting(ctx context.Context, pm *supervisor.Postmaster) {
+	if err := m.waitUntilAccepting(ctx, pm.Done()); err != nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.postgres == pm {
+		m.state.phase = instanceapi.PhaseRunning
+		m.state.lastError = ""
+	}
+}
+
+// waitRunning blocks until the current postgres accepts connections.
+func (m *Manager) waitRunning(ctx context.Context) error {
+	m.mu.Lock()
+	pm := m.postgres
+	m.mu.Unlock()
+	if pm == nil {
+		return fmt.Errorf("postgres is not running")
+	}
+	return m.waitUntilAccepting(ctx, pm.Done())
+}
+
+// stopPostgres stops postgres starting with mode, and marks it stopped on
+// purpose so the run loop does not restart it.
+func (m *Manager) stopPostgres(mode supervisor.ShutdownMode) error {
+	m.mu.Lock()
+	pm := m.postgres
+	m.postgres = nil
+	m.state.stopped = true
+	m.mu.Unlock()
+	if pm == nil {
+		return nil
+	}
+	err := pm.Stop(mode, m.opts.Timeouts)
+	m.setPhase(instanceapi.PhaseStopped)
+	return err
+}
+
+// reload makes postgres re-read its configuration, and waits until it has:
+// a new session's pg_conf_load_time() moves past the one before the reload.
+func (m *Manager) reload(ctx context.Context) (instanceapi.ConfigResult, error) {
+	var res instanceapi.ConfigResult
+	m.mu.Lock()
+	pm := m.postgres
+	m.mu.Unlock()
+	if pm == nil {
+		return res, nil // the new files apply at the next start
+	}
+	before, err := m.confLoadTime(ctx)
+	if err != nil {
+		return res, err
+	}
+	if err := syscall.Kill(pm.Pid(), syscall.SIGHUP); err != nil {
+		return res, fmt.Errorf("while asking postgres to reload: %w", err)
+	}
+	for {
+		loaded, err := m.confLoadTime(ctx)
+		if err != nil {
+			return res, err
+		}
+		if loaded.After(before) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	res.Reloaded = true
+	return res, m.readSettingsState(ctx, &res)
+}
+
+func (m *Manager) confLoadTime(ctx context.Context) (time.Time, error) {
+	conn, err := m.connect(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	var t time.Time
+	err = conn.QueryRow(ctx, "SELECT pg_conf_load_time()").Scan(&t)
+	return t, err
+}
+
+func (m *Manager) readSettingsState(ctx context.Context, res *instanceapi.ConfigResult) error {
+	conn, err := m.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	var st instanceapi.Status
+	if err := querySettingsStatus(ctx, conn, &st); err != nil {
+		return err
+	}
+	res.PendingRestart, res.Errors = st.PendingRestart, st.ConfigErrors
+	return nil
+}
+
+// ForwardSignal passes a signal (such as SIGHUP) on to the postmaster.
+func (m *Manager) ForwardSignal(sig syscall.Signal) {
+	m.mu.Lock()
+	pm := m.postgres
+	m.mu.Unlock()
+	if pm != nil {
+		_ = syscall.Kill(pm.Pid(), sig)
+	}
+}

@@ -1,0 +1,201 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"tusk.dev/tusk/internal/instance/supervisor"
+	"tusk.dev/tusk/internal/instanceapi"
+)
+
+// PromoteResult tells how a promotion went.
+type PromoteResult struct {
+	// Timeline is the new timeline.
+	Timeline uint32 `json:"timeline"`
+	// Duration runs from the promote call to the first committed write.
+	Duration time.Duration `json:"durationNanos"`
+}
+
+// alignExistingDataDir reconciles an existing data directory with the role
+// the operator asks for at start: a former primary asked to be a replica is
+// rewound first, so it can never come back as a second primary.
+func (m *Manager) alignExistingDataDir(ctx context.Context) error {
+	standby := isStandbyDataDir(m.opts.DataDir)
+	switch {
+	case m.opts.Role == instanceapi.RoleReplica && !standby:
+		m.log.Info("The data directory was a primary's; rejoining as a replica", "upstream", m.opts.Upstream.Host)
+		return m.rejoin(ctx, m.opts.Upstream)
+	case m.opts.Role == instanceapi.RolePrimary && standby:
+		// Starting a standby's data without standby.signal would reuse
+		// the old timeline; it must be promoted instead (POST /v1/promote),
+		// so it starts as the replica it is.
+		m.log.Info("The data directory is a replica's; starting it as a replica until promoted")
+		m.mu.Lock()
+		m.state.role = instanceapi.RoleReplica
+		m.mu.Unlock()
+	}
+	return nil
+}
+
+// Promote makes a replica the primary and returns once it commits writes.
+func (m *Manager) Promote(ctx context.Context) (PromoteResult, error) {
+	v, err := m.do(ctx, "promote", func(ctx context.Context) (any, error) { return m.promote(ctx) })
+	res, _ := v.(PromoteResult)
+	return res, err
+}
+
+func (m *Manager) promote(ctx context.Context) (PromoteResult, error) {
+	if st := m.snapshot(); st.role != instanceapi.RoleReplica {
+		return PromoteResult{}, errors.New("this instance is already the primary")
+	}
+	if err := m.waitRunning(ctx); err != nil {
+		return PromoteResult{}, fmt.Errorf("cannot promote: %w", err)
+	}
+	conn, err := m.connect(ctx)
+	if err != nil {
+		return PromoteResult{}, err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	start := time.Now()
+	var promoted bool
+	if err := conn.QueryRow(ctx, "SELECT pg_promote(wait => true, wait_seconds => 60)").Scan(&promoted); err != nil || !promoted {
+		return PromoteResult{}, fmt.Errorf("pg_promote did not finish (promoted=%v): %w", promoted, err)
+	}
+	// Writable means a transaction ID can be assigned and committed.
+	var res PromoteResult
+	if _, err := conn.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil {
+		return res, fmt.Errorf("promoted but not writable: %w", err)
+	}
+	res.Duration = time.Since(start)
+	m.mu.Lock()
+	m.state.role = instanceapi.RolePrimary
+	st := m.state
+	m.mu.Unlock()
+	// Drop primary_conninfo from the configuration; PostgreSQL removed
+	// standby.signal itself.
+	if err := m.writeConfig(st); err != nil {
+		return res, err
+	}
+	if _, err := m.reload(ctx); err != nil {
+		return res, err
+	}
+	var status instanceapi.Status
+	if err := queryPrimaryStatus(ctx, conn, &status); err != nil {
+		return res, err
+	}
+	res.Timeline = status.Timeline
+	m.log.Info("Promoted to primary", "timeline", res.Timeline, "duration", res.Duration.String())
+	return res, nil
+}
+
+// Demote turns a primary into a replica of up: it stops postgres cleanly,
+// rewinds the data directory to the new primary's history and starts as a
+// replica.
+func (m *Manager) Demote(ctx context.Context, up instanceapi.Upstream) error {
+	_, err := m.do(ctx, "demote", func(ctx context.Context) (any, error) {
+		if err := m.stopPostgres(supervisor.Fast); err != nil {
+			return nil, err
+		}
+		if err := m.rejoin(ctx, up); err != nil {
+			return nil, err
+		}
+		return nil, m.startPostgres(ctx)
+	})
+	return err
+}
+
+// rejoin makes a stopped former primary's data directory follow up:
+// pg_rewind when it can, a fresh pg_basebackup when it cannot.
+func (m *Manager) rejoin(ctx context.Context, up instanceapi.Upstream) error {
+	m.setPhase(instanceapi.PhaseRejoining)
+	if err := m.writePassfile(); err != nil {
+		return err
+	}
+	err := m.runTool(ctx, "pg_rewind", nil, "--target-pgdata="+m.opts.DataDir, "--source-server="+m.superuserConnInfo(up), "--progress")
+	if err != nil {
+		m.log.Info("pg_rewind could not rejoin this instance; copying the primary afresh with pg_basebackup", "reason", err.Error())
+		if err := m.recloneFrom(ctx, up); err != nil {
+			return err
+		}
+	}
+	m.mu.Lock()
+	m.state.role = instanceapi.RoleReplica
+	m.state.upstream = up
+	m.mu.Unlock()
+	return nil
+}
+
+// recloneFrom replaces the data directory with a copy of up. The old one is
+// kept beside it (replacing an older one) rather than deleted: it is the
+// only copy of whatever the former primary wrote last.
+func (m *Manager) recloneFrom(ctx context.Context, up instanceapi.Upstream) error {
+	building := m.opts.DataDir + bootstrapSuffix
+	if err := os.RemoveAll(building); err != nil {
+		return err
+	}
+	if err := m.cloneFrom(ctx, up, building); err != nil {
+		return err
+	}
+	discarded := m.opts.DataDir + ".discarded"
+	if err := os.RemoveAll(discarded); err != nil {
+		return err
+	}
+	if err := os.Rename(m.opts.DataDir, discarded); err != nil {
+		return fmt.Errorf("while setting the old data directory aside: %w", err)
+	}
+	m.log.Info("Kept the former data directory", "path", discarded)
+	return moveIntoPlace(building, m.opts.DataDir)
+}
+
+// Follow points a replica at another upstream. primary_conninfo is reloaded
+// without a restart (PostgreSQL 13 and later).
+func (m *Manager) Follow(ctx context.Context, up instanceapi.Upstream) error {
+	_, err := m.do(ctx, "follow", func(ctx context.Context) (any, error) {
+		m.mu.Lock()
+		if m.state.role != instanceapi.RoleReplica {
+			m.mu.Unlock()
+			return nil, errors.New("a primary cannot follow; demote it instead")
+		}
+		m.state.upstream = up
+		st := m.state
+		m.mu.Unlock()
+		if err := m.writeConfig(st); err != nil {
+			return nil, err
+		}
+		_, err := m.reload(ctx)
+		return nil, err
+	})
+	return err
+}
+
+// Restart stops postgres cleanly (fast) and starts it again, applying
+// settings that need a restart.
+func (m *Manager) Restart(ctx context.Context) error {
+	_, err := m.do(ctx, "restart", func(ctx context.Context) (any, error) {
+		if err := m.stopPostgres(supervisor.Fast); err != nil {
+			return nil, err
+		}
+		return nil, m.startPostgres(ctx)
+	})
+	return err
+}
+
+// ApplyConfig writes a new configuration and reloads it, reporting what
+// needs a restart and what PostgreSQL refused.
+func (m *Manager) ApplyConfig(ctx context.Context, cfg instanceapi.Config) (instanceapi.ConfigResult, error) {
+	v, err := m.do(ctx, "config", func(ctx context.Context) (any, error) {
+		m.mu.Lock()
+		m.state.config = cfg
+		st := m.state
+		m.mu.Unlock()
+		if err := m.writeConfig(st); err != nil {
+			return instanceapi.ConfigResult{}, err
+		}
+		return m.reload(ctx)
+	})
+	res, _ := v.(instanceapi.ConfigResult)
+	return res, err
+}

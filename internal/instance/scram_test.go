@@ -1,0 +1,32 @@
+package instance
+
+import (
+	"strings"
+	"testing"
+)
+
+// The expected value was computed independently with Python's hashlib
+// (pbkdf2_hmac, hmac, sha256) for the same password, salt and iterations.
+func TestScramVerifierKnownAnswer(t *testing.T) {
+	got, err := scramVerifierWithSalt("secret", []byte("0123456789abcdef"), 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "SCRAM-SHA-256$4096:MDEyMzQ1Njc4OWFiY2RlZg==$" + storedKeyB64 + ":" + serverKeyB64
+	if got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}
+
+const (
+	storedKeyB64 = "bpSY5Ze9NUH+I35LC3gVq+DpBfK46iXBxvhAKqVu9pE="
+	serverKeyB64 = "VpYlBuxyzeCI1KnctrefdljpB1mk3Gp7sBI/t11+NkQ="
+)
+
+func TestScramVerifierSaltsEachTime(t *testing.T) {
+	a, _ := scramVerifier("secret")
+	b, _ := scramVerifier("secret")
+	if a == b || !strings.HasPrefix(a, "SCRAM-SHA-256$4096:") {
+		t.Fatalf("verifiers %q and %q: want distinct salts and the PostgreSQL format", a, b)
+	}
+}

@@ -1,0 +1,73 @@
+package instance
+
+import (
+	"context"
+	"io/fs"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"tusk.dev/tusk/internal/instanceapi"
+)
+
+// Status reports the instance: the manager's own state, and what
+// PostgreSQL says when it accepts connections.
+func (m *Manager) Status(ctx context.Context) instanceapi.Status {
+	st := m.snapshot()
+	status := instanceapi.Status{
+		Instance:     m.opts.Name,
+		Phase:        st.phase,
+		Role:         instanceapi.RoleUnknown,
+		Restarts:     st.restarts,
+		LastError:    st.lastError,
+		DataDirBytes: m.dataDirSize(),
+	}
+	if st.phase != instanceapi.PhaseRunning {
+		return status
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	conn, err := m.connect(ctx)
+	if err != nil {
+		status.LastError = "postgres does not accept connections: " + err.Error()
+		return status
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	if err := queryStatus(ctx, conn, &status); err != nil {
+		status.Role = instanceapi.RoleUnknown
+		status.Ready = false
+		status.LastError = err.Error()
+	}
+	return status
+}
+
+// dirSizer measures the data directory at most once per interval: walking
+// a large directory on every status request would cost more than it tells.
+type dirSizer struct {
+	mu       sync.Mutex
+	measured time.Time
+	bytes    int64
+}
+
+const dirSizeInterval = 30 * time.Second
+
+func (m *Manager) dataDirSize() int64 {
+	d := &m.sizer
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if time.Since(d.measured) < dirSizeInterval {
+		return d.bytes
+	}
+	var total int64
+	_ = filepath.WalkDir(m.opts.DataDir, func(_ string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // files come and go while postgres runs
+		}
+		if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
+			total += info.Size()
+		}
+		return nil
+	})
+	d.bytes, d.measured = total, time.Now()
+	return total
+}

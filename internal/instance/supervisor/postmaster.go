@@ -1,0 +1,194 @@
+// Package supervisor runs the postgres server as a child of the instance
+// manager: starts it, forwards its log lines as JSON, stops it in the right
+// order, and reaps orphaned processes when the manager is PID 1.
+package supervisor
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// ShutdownMode is one of PostgreSQL's shutdown modes.
+type ShutdownMode int
+
+// PostgreSQL's shutdown modes, gentlest first; Stop escalates through them.
+const (
+	// Smart waits for every session to end.
+	Smart ShutdownMode = iota
+	// Fast disconnects sessions, rolls back their transactions and
+	// checkpoints: a clean shutdown that loses nothing committed.
+	Fast
+	// Immediate stops at once; the next start replays WAL.
+	Immediate
+)
+
+var modeSignals = []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT}
+
+func (m ShutdownMode) String() string { return [...]string{"smart", "fast", "immediate"}[m] }
+
+// Timeouts bound each shutdown mode before Stop moves to the next, harsher
+// one; after Immediate comes SIGKILL.
+type Timeouts struct {
+	Smart, Fast, Immediate time.Duration
+}
+
+// DefaultTimeouts leave sessions a little time, then insist.
+var DefaultTimeouts = Timeouts{Smart: 5 * time.Second, Fast: 20 * time.Second, Immediate: 5 * time.Second}
+
+// Postmaster is one run of the postgres server.
+type Postmaster struct {
+	cmd    *exec.Cmd
+	reaper *Reaper
+	log    logr.Logger
+	done   chan struct{}
+	err    error // exit error; valid after done is closed
+
+	mu        sync.Mutex
+	lastError string
+	recent    []logLine // the last few lines, to explain a FATAL
+}
+
+type logLine struct{ pid, text string }
+
+// recentLines is how many earlier lines may explain an error: PostgreSQL
+// often logs the cause ("invalid value for parameter ...") as a LOG line
+// just before the FATAL one.
+const recentLines = 4
+
+// StartPostmaster starts `postgres -D dataDir [args...]` and forwards its
+// output to log, one JSON record per line.
+func StartPostmaster(binDir, dataDir string, args []string, reaper *Reaper, log logr.Logger) (*Postmaster, error) {
+	cmd := exec.Command(filepath.Join(binDir, "postgres"), append([]string{"-D", dataDir}, args...)...) //nolint:gosec // the server binary found by pgbin
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		// Its own process group keeps a terminal's Ctrl-C away from it;
+		// the manager decides how postgres stops.
+		Setpgid: true,
+		// If the manager dies without stopping postgres, stop it at once
+		// rather than leave a postmaster without a supervisor.
+		Pdeathsig: syscall.SIGQUIT,
+	}
+	out, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout = cmd.Stderr
+	p := &Postmaster{cmd: cmd, reaper: reaper, log: log.WithName("postgres"), done: make(chan struct{})}
+	if err := reaper.Start(cmd); err != nil {
+		return nil, fmt.Errorf("while starting postgres: %w", err)
+	}
+	forwarded := make(chan struct{})
+	go func() {
+		p.forwardLog(out)
+		close(forwarded)
+	}()
+	go func() {
+		<-forwarded // Wait closes the pipe; read everything first
+		p.err = reaper.Wait(cmd)
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Pid is the postmaster's process ID.
+func (p *Postmaster) Pid() int { return p.cmd.Process.Pid }
+
+// Done is closed when the postmaster has exited.
+func (p *Postmaster) Done() <-chan struct{} { return p.done }
+
+// ExitErr is how the postmaster exited (nil for a clean exit); valid once
+// Done is closed.
+func (p *Postmaster) ExitErr() error { return p.err }
+
+// LastError is the last FATAL, PANIC or ERROR message postgres logged,
+// after the earlier lines of the same process that explain it, which usually
+// says why it would not start.
+func (p *Postmaster) LastError() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastError
+}
+
+// severity finds PostgreSQL's message level in a log line, whatever
+// log_line_prefix puts before it.
+var severity = regexp.MustCompile(`\b(DEBUG[1-5]|LOG|INFO|NOTICE|WARNING|ERROR|FATAL|PANIC|DETAIL|HINT|CONTEXT|STATEMENT):  `)
+
+// processID finds the PID that the default log_line_prefix ("%m [%p] ")
+// puts in each line.
+var processID = regexp.MustCompile(`\[(\d+)\]`)
+
+// remember keeps line among the recent ones and, for an error, records it
+// with the earlier lines of the same process as the last error.
+func (p *Postmaster) remember(line, level string, start int) {
+	entry := logLine{text: line[start:]}
+	if m := processID.FindStringSubmatch(line[:start]); m != nil {
+		entry.pid = m[1]
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if level == "ERROR" || level == "FATAL" || level == "PANIC" {
+		var parts []string
+		for _, r := range p.recent {
+			if r.pid == entry.pid && r.pid != "" {
+				parts = append(parts, r.text)
+			}
+		}
+		p.lastError = strings.Join(append(parts, entry.text), " / ")
+	}
+	p.recent = append(p.recent, entry)
+	if len(p.recent) > recentLines {
+		p.recent = p.recent[1:]
+	}
+}
+
+func (p *Postmaster) forwardLog(r io.Reader) {
+	scanner := bufio.NewScanner(r)
+	scanner.Buffer(make([]byte, 64*1024), 1024*1024)
+	for scanner.Scan() {
+		line := scanner.Text()
+		level := ""
+		if m := severity.FindStringSubmatchIndex(line); m != nil {
+			level = line[m[2]:m[3]]
+			p.remember(line, level, m[0])
+		}
+		switch level {
+		case "DEBUG1", "DEBUG2", "DEBUG3", "DEBUG4", "DEBUG5":
+			p.log.V(1).Info(line, "severity", level)
+		default:
+			p.log.Info(line, "severity", level)
+		}
+	}
+}
+
+// Stop shuts postgres down starting with mode and escalating to harsher
+// modes, then SIGKILL, when each does not finish within its timeout. It
+// returns once the postmaster has exited.
+func (p *Postmaster) Stop(mode ShutdownMode, t Timeouts) error {
+	limits := []time.Duration{t.Smart, t.Fast, t.Immediate}
+	for m := mode; m <= Immediate; m++ {
+		p.log.Info("Stopping postgres", "mode", m.String())
+		if err := p.cmd.Process.Signal(modeSignals[m]); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			return fmt.Errorf("while signalling postgres: %w", err)
+		}
+		select {
+		case <-p.done:
+			return nil
+		case <-time.After(limits[m]):
+		}
+	}
+	p.log.Info("Killing postgres: it did not stop in immediate mode")
+	_ = p.cmd.Process.Kill()
+	<-p.done
+	return nil
+}

@@ -1,0 +1,149 @@
+// Package instanceapi is the wire contract between the operator and the
+// instance manager: what GET /status returns and what the operator may ask
+// for. It is a leaf package (standard library only) so that neither side
+// imports the other.
+package instanceapi
+
+// Paths served by the instance manager.
+const (
+	PathStatus  = "/status"
+	PathHealthz = "/healthz"
+	PathReadyz  = "/readyz"
+	PathMetrics = "/metrics"
+	PathPromote = "/v1/promote"
+	PathDemote  = "/v1/demote"
+	PathFollow  = "/v1/follow"
+	PathRestart = "/v1/restart"
+	PathConfig  = "/v1/config"
+)
+
+// DefaultStatusPort is where the instance manager serves HTTP in a pod.
+const DefaultStatusPort = 8000
+
+// Role is the replication role of an instance.
+type Role string
+
+// The roles an instance can report.
+const (
+	RolePrimary Role = "primary"
+	RoleReplica Role = "replica"
+	RoleUnknown Role = "unknown"
+)
+
+// Phase is where the instance manager is in its life.
+type Phase string
+
+// The phases of an instance.
+const (
+	// PhaseBootstrapping: creating the data directory (initdb, pg_basebackup).
+	PhaseBootstrapping Phase = "Bootstrapping"
+	// PhaseStarting: postgres was started and does not accept connections
+	// yet (it may be replaying WAL after a crash, which can take long).
+	PhaseStarting Phase = "Starting"
+	// PhaseRunning: postgres accepts connections.
+	PhaseRunning Phase = "Running"
+	// PhaseRejoining: a former primary is being rewound to follow another.
+	PhaseRejoining Phase = "Rejoining"
+	// PhaseStopped: postgres is stopped on purpose (shutdown, restart).
+	PhaseStopped Phase = "Stopped"
+	// PhaseCrashed: postgres exited unexpectedly and will be restarted
+	// after a backoff; LastError says why it stopped.
+	PhaseCrashed Phase = "Crashed"
+)
+
+// Status is one instance's report, served on GET /status.
+type Status struct {
+	// Instance is the instance's name (its pod's name).
+	Instance string `json:"instance"`
+	// Phase is where the instance manager is.
+	Phase Phase `json:"phase"`
+	// Role is what PostgreSQL says it is (pg_is_in_recovery), or unknown
+	// when it does not accept connections.
+	Role Role `json:"role"`
+	// Ready is what /readyz answers: accepting connections and, for a
+	// replica, streaming or replaying WAL.
+	Ready bool `json:"ready"`
+	// Timeline is the current timeline.
+	Timeline uint32 `json:"timeline,omitempty"`
+	// CurrentLSN is the primary's current write location.
+	CurrentLSN string `json:"currentLSN,omitempty"`
+	// ReceivedLSN is the last WAL location a replica received and flushed.
+	ReceivedLSN string `json:"receivedLSN,omitempty"`
+	// ReplayedLSN is the last WAL location a replica replayed.
+	ReplayedLSN string `json:"replayedLSN,omitempty"`
+	// Streaming says a replica has a live WAL receiver.
+	Streaming bool `json:"streaming,omitempty"`
+	// ReplayLagBytes is how far replay is behind what was received.
+	ReplayLagBytes int64 `json:"replayLagBytes,omitempty"`
+	// ReplayLagSeconds is the age of the last replayed transaction while
+	// WAL is waiting to be replayed; 0 when caught up.
+	ReplayLagSeconds float64 `json:"replayLagSeconds,omitempty"`
+	// Replicas are the standbys connected to a primary.
+	Replicas []ReplicaConnection `json:"replicas,omitempty"`
+	// PendingRestart lists settings changed in the configuration that take
+	// effect only after a restart.
+	PendingRestart []string `json:"pendingRestart,omitempty"`
+	// ConfigErrors are settings PostgreSQL refused on the last reload.
+	ConfigErrors []string `json:"configErrors,omitempty"`
+	// PostgresVersion is server_version, such as "15.18".
+	PostgresVersion string `json:"postgresVersion,omitempty"`
+	// SystemIdentifier identifies the database cluster; all instances of one
+	// cluster share it.
+	SystemIdentifier string `json:"systemIdentifier,omitempty"`
+	// DataDirBytes is the size of the data directory.
+	DataDirBytes int64 `json:"dataDirBytes,omitempty"`
+	// Restarts counts unexpected postgres exits the manager recovered from.
+	Restarts int `json:"restarts,omitempty"`
+	// LastError is the last thing that went wrong, for humans.
+	LastError string `json:"lastError,omitempty"`
+}
+
+// ReplicaConnection is one standby as a primary sees it (pg_stat_replication).
+type ReplicaConnection struct {
+	// Name is the standby's application_name: its instance name.
+	Name string `json:"name"`
+	// State is the WAL sender's state, such as streaming.
+	State string `json:"state"`
+	// SyncState is async, potential, sync or quorum.
+	SyncState string `json:"syncState"`
+	// FlushLSN is the last location the standby flushed to disk.
+	FlushLSN string `json:"flushLSN,omitempty"`
+	// ReplayLSN is the last location the standby replayed.
+	ReplayLSN string `json:"replayLSN,omitempty"`
+	// LagBytes is how far the standby's replay is behind the primary.
+	LagBytes int64 `json:"lagBytes"`
+}
+
+// Upstream is the primary a replica streams from.
+type Upstream struct {
+	// Host is the primary's host name, normally the cluster's -rw Service.
+	Host string `json:"host"`
+	// Port is the primary's port.
+	Port int `json:"port"`
+}
+
+// FollowRequest asks a replica to stream from another primary (POST
+// /v1/follow), or a former primary to rejoin as a replica (POST /v1/demote).
+type FollowRequest struct {
+	Upstream Upstream `json:"upstream"`
+}
+
+// Config is the PostgreSQL configuration the operator wants (PUT
+// /v1/config). Settings Tusk owns are not part of it.
+type Config struct {
+	// Parameters are the user's postgresql.conf settings.
+	Parameters map[string]string `json:"parameters,omitempty"`
+	// SynchronousStandbyNames is the primary's synchronous_standby_names,
+	// computed by the operator from the cluster's quorum and members.
+	SynchronousStandbyNames string `json:"synchronousStandbyNames,omitempty"`
+}
+
+// ConfigResult tells what applying a Config did.
+type ConfigResult struct {
+	// Reloaded says PostgreSQL re-read its configuration.
+	Reloaded bool `json:"reloaded"`
+	// PendingRestart lists settings that need a restart to take effect.
+	PendingRestart []string `json:"pendingRestart,omitempty"`
+	// Errors are settings PostgreSQL refused.
+	Errors []string `json:"errors,omitempty"`
+}

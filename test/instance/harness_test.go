@@ -1,0 +1,427 @@
+//go:build integration
+
+// Package instance tests the instance manager as the operator will use it:
+// `tusk instance run` processes on this host, real PostgreSQL, HTTP calls.
+package instance
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"tusk.dev/tusk/internal/instanceapi"
+	"tusk.dev/tusk/internal/testenv"
+)
+
+const (
+	superuserPassword   = "super'secret"
+	replicationPassword = "repl:secret"
+	appPassword         = "app secret"
+	waitTimeout         = 2 * time.Minute
+)
+
+var (
+	tuskBinary string
+	pgBinDir   string
+	pgUser     *syscall.Credential
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	var err error
+	if pgBinDir, err = findPostgres(); err != nil {
+		if os.Getenv("CI") == "true" {
+			fmt.Fprintln(os.Stderr, "FAIL:", err)
+			return 1
+		}
+		fmt.Fprintln(os.Stderr, "SKIP: instance manager tests need PostgreSQL:", err)
+		return 0
+	}
+	dir, err := os.MkdirTemp("", "tusk-instance-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	tuskBinary = filepath.Join(dir, "tusk")
+	build := exec.Command("go", "build", "-o", tuskBinary, "./cmd/tusk")
+	build.Dir = testenv.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building tusk: %v\n%s", err, out)
+		return 1
+	}
+	if pgUser, err = postgresCredential(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+// findPostgres finds PostgreSQL 15's server programs (the version on this
+// machine image; the images test 15 and 17 end to end).
+func findPostgres() (string, error) {
+	dir := os.Getenv("TUSK_TEST_PG_BINDIR")
+	if dir == "" {
+		dir = "/usr/lib/postgresql/15/bin"
+	}
+	if _, err := os.Stat(filepath.Join(dir, "postgres")); err != nil {
+		return "", fmt.Errorf("no PostgreSQL server at %s (install postgresql-15 or set TUSK_TEST_PG_BINDIR): %w", dir, err)
+	}
+	return dir, nil
+}
+
+// postgresCredential runs the manager as the postgres OS user when the tests
+// run as root: PostgreSQL refuses to run as root.
+func postgresCredential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("tests run as root need a postgres OS user to run PostgreSQL as: %w", err)
+	}
+	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// workDir makes a directory the postgres OS user owns, removed after the test.
+func workDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "tusk-instance-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	chown(t, dir)
+	return dir
+}
+
+func chown(t *testing.T, path string) {
+	t.Helper()
+	if pgUser != nil {
+		if err := os.Chown(path, int(pgUser.Uid), int(pgUser.Gid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// node is one `tusk instance run` process.
+type node struct {
+	t        *testing.T
+	name     string
+	dir      string
+	port     int
+	httpPort int
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	mu       sync.Mutex
+	output   bytes.Buffer
+}
+
+type nodeOptions struct {
+	role         instanceapi.Role
+	upstreamPort int
+	config       *instanceapi.Config
+}
+
+func writeSecret(t *testing.T, dir, name, value string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(value+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	chown(t, path)
+	return path
+}
+
+func startNode(t *testing.T, name string, o nodeOptions) *node {
+	t.Helper()
+	n := &node{t: t, name: name, dir: workDir(t), port: freePort(t), httpPort: freePort(t), exited: make(chan struct{})}
+	for _, sub := range []string{"socket", "run", "secrets"} {
+		if err := os.Mkdir(filepath.Join(n.dir, sub), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		chown(t, filepath.Join(n.dir, sub))
+	}
+	secrets := filepath.Join(n.dir, "secrets")
+	args := []string{"instance", "run", "--name", name, "--cluster", n.cluster(),
+		"--pgdata", filepath.Join(n.dir, "pgdata"), "--pg-bindir", pgBinDir,
+		"--port", strconv.Itoa(n.port), "--listen-addresses", "127.0.0.1",
+		"--socket-dir", filepath.Join(n.dir, "socket"), "--run-dir", filepath.Join(n.dir, "run"),
+		"--http-addr", fmt.Sprintf("127.0.0.1:%d", n.httpPort), "--role", string(o.role),
+		"--upstream-host", "127.0.0.1", "--upstream-port", strconv.Itoa(o.upstreamPort),
+		"--superuser-password-file", writeSecret(t, secrets, "superuser", superuserPassword),
+		"--replication-password-file", writeSecret(t, secrets, "replication", replicationPassword),
+		"--app-password-file", writeSecret(t, secrets, "app", appPassword),
+		"--zap-log-level", "info",
+	}
+	if o.config != nil {
+		data, _ := json.Marshal(o.config)
+		args = append(args, "--config-file", writeSecret(t, secrets, "config.json", string(data)))
+	}
+	n.start(args)
+	t.Cleanup(n.stopIfRunning)
+	return n
+}
+
+func (n *node) start(args []string) {
+	n.cmd = exec.Command(tuskBinary, args...)
+	n.cmd.Stdout = n
+	n.cmd.Stderr = n
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: pgUser, Setpgid: true}
+	if err := n.cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	go func() {
+		_ = n.cmd.Wait()
+		close(n.exited)
+	}()
+}
+
+// Write collects the manager's output, shown when a test fails.
+func (n *node) Write(p []byte) (int, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.output.Write(p)
+}
+
+func (n *node) logs() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.output.String()
+}
+
+// stop sends SIGTERM and waits for the manager to exit.
+func (n *node) stop() {
+	n.t.Helper()
+	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-n.exited:
+	case <-time.After(waitTimeout):
+		n.t.Fatalf("%s did not stop within %s of SIGTERM:\n%s", n.name, waitTimeout, n.logs())
+	}
+}
+
+func (n *node) stopIfRunning() {
+	select {
+	case <-n.exited:
+	default:
+		_ = n.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-n.exited:
+		case <-time.After(waitTimeout):
+			_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
+		}
+	}
+	if n.t.Failed() {
+		n.t.Logf("output of %s:\n%s", n.name, n.logs())
+	}
+}
+
+// cluster is the node's cluster_name, unique per node, so its processes'
+// titles ("postgres: <cluster>: checkpointer") tell them apart.
+func (n *node) cluster() string { return fmt.Sprintf("tusk%d", n.port) }
+
+// leftovers lists processes of this node still running: the manager, the
+// postmaster or any of its children.
+func (n *node) leftovers() []string {
+	return processesMatching(n.dir, "postgres: "+n.cluster()+":")
+}
+
+func (n *node) url(path string) string { return fmt.Sprintf("http://127.0.0.1:%d%s", n.httpPort, path) }
+
+func (n *node) status(ctx context.Context) (instanceapi.Status, error) {
+	var st instanceapi.Status
+	code, err := n.call(ctx, http.MethodGet, instanceapi.PathStatus, nil, &st)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("GET /status: HTTP %d", code)
+	}
+	return st, err
+}
+
+// call sends a request to the manager and decodes its JSON reply into out.
+func (n *node) call(ctx context.Context, method, path string, body, out any) (int, error) {
+	var r io.Reader
+	if body != nil {
+		data, _ := json.Marshal(body)
+		r = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, n.url(path), r)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("decoding %s: %w", data, err)
+		}
+	}
+	if resp.StatusCode >= 300 {
+		return resp.StatusCode, fmt.Errorf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, data)
+	}
+	return resp.StatusCode, nil
+}
+
+// command calls an operator command and fails the test if it fails.
+func (n *node) command(method, path string, body, out any) {
+	n.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if _, err := n.call(ctx, method, path, body, out); err != nil {
+		n.t.Fatalf("%s: %v\n%s", n.name, err, n.logs())
+	}
+}
+
+// waitFor polls the manager's status until check passes.
+func (n *node) waitFor(what string, check func(instanceapi.Status) error) instanceapi.Status {
+	n.t.Helper()
+	var st instanceapi.Status
+	testenv.Eventually(n.t, waitTimeout, func(ctx context.Context) error {
+		select {
+		case <-n.exited:
+			n.t.Fatalf("%s exited while waiting until %s:\n%s", n.name, what, n.logs())
+		default:
+		}
+		var err error
+		if st, err = n.status(ctx); err != nil {
+			return err
+		}
+		return check(st)
+	})
+	return st
+}
+
+func (n *node) waitReady(role instanceapi.Role) instanceapi.Status {
+	n.t.Helper()
+	return n.waitFor("ready as "+string(role), func(st instanceapi.Status) error {
+		if !st.Ready || st.Role != role {
+			return fmt.Errorf("%s: ready=%v role=%s phase=%s error=%q", n.name, st.Ready, st.Role, st.Phase, st.LastError)
+		}
+		return nil
+	})
+}
+
+// connect opens a session over TCP, as a client would.
+func (n *node) connect(user, password, database string) *pgx.Conn {
+	n.t.Helper()
+	cfg, err := pgx.ParseConfig("")
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = "127.0.0.1", uint16(n.port), user, password, database
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		n.t.Fatalf("connecting to %s as %s: %v", n.name, user, err)
+	}
+	n.t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+func (n *node) exec(sql string) {
+	n.t.Helper()
+	conn := n.connect("postgres", superuserPassword, "app")
+	if _, err := conn.Exec(context.Background(), sql); err != nil {
+		n.t.Fatalf("%s: %s: %v", n.name, sql, err)
+	}
+}
+
+// rows returns the sorted ids in table t as seen on n.
+func (n *node) ids(ctx context.Context) ([]int, error) {
+	conn := n.connect("postgres", superuserPassword, "app")
+	rows, err := conn.Query(ctx, "SELECT id FROM t ORDER BY id")
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int])
+}
+
+// waitIDs waits until n has exactly the ids want.
+func (n *node) waitIDs(want ...int) {
+	n.t.Helper()
+	testenv.Eventually(n.t, waitTimeout, func(ctx context.Context) error {
+		got, err := n.ids(ctx)
+		if err != nil {
+			return err
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Errorf("%s has rows %v, want %v", n.name, got, want)
+		}
+		return nil
+	})
+}
+
+// postmasterPid reads the running postmaster's PID from postmaster.pid.
+func (n *node) postmasterPid() int {
+	n.t.Helper()
+	data, err := os.ReadFile(filepath.Join(n.dir, "pgdata", "postmaster.pid"))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.SplitN(string(data), "\n", 2)[0])
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return pid
+}
+
+// processesMatching lists running processes whose command line contains
+// any of patterns.
+func processesMatching(patterns ...string) []string {
+	var found []string
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, path := range cmdlines {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		line := strings.ReplaceAll(string(data), "\x00", " ")
+		for _, p := range patterns {
+			if strings.Contains(line, p) {
+				found = append(found, filepath.Base(filepath.Dir(path))+": "+line)
+				break
+			}
+		}
+	}
+	return found
+}

@@ -1,0 +1,183 @@
+//go:build integration
+
+package instance
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"tusk.dev/tusk/internal/instance"
+	"tusk.dev/tusk/internal/instanceapi"
+)
+
+// TestReplicatedLifecycle walks one cluster through what the operator will
+// ask of its instances: bootstrap a primary and two replicas, replicate,
+// reconfigure, survive a crash, promote, follow, and rejoin the former
+// primary with pg_rewind after it wrote divergent WAL.
+func TestReplicatedLifecycle(t *testing.T) {
+	primary := startNode(t, "pg-1", nodeOptions{role: instanceapi.RolePrimary})
+	st := primary.waitReady(instanceapi.RolePrimary)
+	if st.Timeline != 1 || st.SystemIdentifier == "" || !strings.HasPrefix(st.PostgresVersion, "15") {
+		t.Fatalf("new primary status %+v: want timeline 1, a system identifier, PostgreSQL 15", st)
+	}
+	// The app database exists and its owner logs in with its password.
+	app := primary.connect("app", appPassword, "app")
+	if _, err := app.Exec(context.Background(), "CREATE TABLE t (id int PRIMARY KEY)"); err != nil {
+		t.Fatalf("the app owner cannot create a table in its database: %v", err)
+	}
+	primary.exec("INSERT INTO t VALUES (1), (2)")
+
+	replica1 := startNode(t, "pg-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port})
+	replica2 := startNode(t, "pg-3", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port})
+	for _, r := range []*node{replica1, replica2} {
+		st := r.waitReady(instanceapi.RoleReplica)
+		if st.SystemIdentifier != primary.waitReady(instanceapi.RolePrimary).SystemIdentifier {
+			t.Fatalf("%s has another system identifier than its primary", r.name)
+		}
+		r.waitIDs(1, 2)
+	}
+	primary.exec("INSERT INTO t VALUES (3)")
+	replica1.waitIDs(1, 2, 3)
+	replica2.waitIDs(1, 2, 3)
+	primary.waitFor("both replicas streaming", func(st instanceapi.Status) error {
+		if len(st.Replicas) != 2 || st.Replicas[0].Name != "pg-2" || st.Replicas[1].Name != "pg-3" {
+			return fmt.Errorf("replicas %+v", st.Replicas)
+		}
+		return nil
+	})
+
+	t.Run("reload and restart-pending parameters", func(t *testing.T) { testReconfigure(t, primary, replica1, replica2) })
+	t.Run("postgres killed is restarted", func(t *testing.T) { testCrashRecovery(t, replica2) })
+
+	// Fail over to pg-2; pg-3 follows it.
+	var promoted instance.PromoteResult
+	replica1.command(http.MethodPost, instanceapi.PathPromote, nil, &promoted)
+	if promoted.Timeline != 2 {
+		t.Fatalf("promotion reported timeline %d, want 2", promoted.Timeline)
+	}
+	t.Logf("promotion to first committed write took %s", promoted.Duration)
+	newPrimary := replica1
+	newPrimary.waitReady(instanceapi.RolePrimary)
+	newPrimary.exec("INSERT INTO t VALUES (4)")
+	replica2.command(http.MethodPost, instanceapi.PathFollow, instanceapi.FollowRequest{Upstream: instanceapi.Upstream{Host: "127.0.0.1", Port: newPrimary.port}}, nil)
+	replica2.waitIDs(1, 2, 3, 4)
+
+	// The old primary, still running, writes WAL the new primary never saw:
+	// it must be rewound, not merely pointed elsewhere.
+	primary.exec("INSERT INTO t VALUES (100)")
+	primary.command(http.MethodPost, instanceapi.PathDemote, instanceapi.FollowRequest{Upstream: instanceapi.Upstream{Host: "127.0.0.1", Port: newPrimary.port}}, nil)
+	rejoined := primary.waitReady(instanceapi.RoleReplica)
+	if rejoined.Timeline != 2 {
+		t.Errorf("rejoined former primary is on timeline %d, want 2", rejoined.Timeline)
+	}
+	newPrimary.exec("INSERT INTO t VALUES (5)")
+	primary.waitIDs(1, 2, 3, 4, 5) // row 100 is gone: rewound away
+	if logs := primary.logs(); !strings.Contains(logs, `"logger":"pg_rewind"`) || strings.Contains(logs, "copying the primary afresh") {
+		t.Errorf("the former primary did not rejoin through pg_rewind:\n%s", logs)
+	}
+
+	t.Run("SIGTERM leaves no process behind", func(t *testing.T) {
+		for _, n := range []*node{replica2, primary, newPrimary} {
+			n.stop()
+			if left := n.leftovers(); len(left) > 0 {
+				t.Errorf("%s left processes after SIGTERM: %v", n.name, left)
+			}
+		}
+	})
+}
+
+// testReconfigure changes parameters the way the operator will: replicas
+// first, then the primary. Settings such as max_connections must never be
+// lower on a replica than on its primary, or the replica stops replaying.
+func testReconfigure(t *testing.T, primary *node, replicas ...*node) {
+	var res instanceapi.ConfigResult
+	primary.command(http.MethodPut, instanceapi.PathConfig, instanceapi.Config{Parameters: map[string]string{"work_mem": "8MB"}}, &res)
+	if !res.Reloaded || len(res.PendingRestart) != 0 || len(res.Errors) != 0 {
+		t.Fatalf("work_mem change: %+v; want reloaded, nothing pending, no errors", res)
+	}
+	assertSetting(t, primary, "work_mem", "8MB")
+
+	primary.command(http.MethodPut, instanceapi.PathConfig, instanceapi.Config{Parameters: map[string]string{"work_mem": "lots"}}, &res)
+	if len(res.Errors) == 0 || !strings.Contains(strings.Join(res.Errors, " "), "work_mem") {
+		t.Fatalf("a bad work_mem was not reported: %+v", res)
+	}
+	assertSetting(t, primary, "work_mem", "8MB") // PostgreSQL kept the last good value
+
+	raised := instanceapi.Config{Parameters: map[string]string{"work_mem": "8MB", "max_connections": "120"}}
+	for _, n := range append(replicas, primary) {
+		n.command(http.MethodPut, instanceapi.PathConfig, raised, &res)
+		if len(res.PendingRestart) != 1 || res.PendingRestart[0] != "max_connections" {
+			t.Fatalf("%s: max_connections change: pending restart %v, want [max_connections]", n.name, res.PendingRestart)
+		}
+		role := instanceapi.RoleReplica
+		if n == primary {
+			role = instanceapi.RolePrimary
+		}
+		n.command(http.MethodPost, instanceapi.PathRestart, nil, nil)
+		st := n.waitReady(role)
+		if len(st.PendingRestart) != 0 {
+			t.Fatalf("%s: settings still pending after a restart: %v", n.name, st.PendingRestart)
+		}
+		assertSetting(t, n, "max_connections", "120")
+	}
+}
+
+func assertSetting(t *testing.T, n *node, name, want string) {
+	t.Helper()
+	var got string
+	conn := n.connect("postgres", superuserPassword, "postgres")
+	if err := conn.QueryRow(context.Background(), "SELECT current_setting($1)", name).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Fatalf("%s = %s on %s, want %s", name, got, n.name, want)
+	}
+}
+
+func testCrashRecovery(t *testing.T, n *node) {
+	before := n.waitReady(instanceapi.RoleReplica)
+	if err := syscall.Kill(n.postmasterPid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	after := n.waitFor("restarted after SIGKILL", func(st instanceapi.Status) error {
+		if st.Restarts != before.Restarts+1 || !st.Ready {
+			return fmt.Errorf("restarts %d ready %v phase %s", st.Restarts, st.Ready, st.Phase)
+		}
+		return nil
+	})
+	if after.Role != instanceapi.RoleReplica {
+		t.Fatalf("after a crash the replica came back as %s", after.Role)
+	}
+}
+
+// TestBadParameterIsReported: a value PostgreSQL refuses at start is not a
+// silent crash loop: status says what is wrong, and the manager retries with
+// a backoff rather than spinning.
+func TestBadParameterIsReported(t *testing.T) {
+	n := startNode(t, "bad-1", nodeOptions{role: instanceapi.RolePrimary,
+		config: &instanceapi.Config{Parameters: map[string]string{"shared_buffers": "lots"}}})
+	st := n.waitFor("a crash reported", func(st instanceapi.Status) error {
+		if st.Phase != instanceapi.PhaseCrashed || st.Restarts < 1 {
+			return fmt.Errorf("phase %s restarts %d", st.Phase, st.Restarts)
+		}
+		return nil
+	})
+	if !strings.Contains(st.LastError, `invalid value for parameter "shared_buffers"`) || st.Ready {
+		t.Fatalf("status %+v: want not ready and the reason naming shared_buffers", st)
+	}
+	var ready int
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ready, _ = n.call(ctx, http.MethodGet, instanceapi.PathReadyz, nil, nil)
+	if ready != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz answered %d for a server that does not start", ready)
+	}
+	// The fix arrives; the next restart attempt succeeds.
+	n.command(http.MethodPut, instanceapi.PathConfig, instanceapi.Config{Parameters: map[string]string{"shared_buffers": "32MB"}}, nil)
+	n.waitReady(instanceapi.RolePrimary)
+}
