@@ -10,11 +10,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -48,7 +46,7 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	var err error
-	if pgBinDir, err = findPostgres(); err != nil {
+	if pgBinDir, err = testenv.PostgresBinDir(); err != nil {
 		if os.Getenv("CI") == "true" {
 			fmt.Fprintln(os.Stderr, "FAIL:", err)
 			return 1
@@ -73,43 +71,15 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "building tusk: %v\n%s", err, out)
 		return 1
 	}
-	if pgUser, err = postgresCredential(); err != nil {
+	if pgUser, err = testenv.PostgresCredential(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return m.Run()
 }
 
-// findPostgres finds PostgreSQL 15's server programs (the version on this
-// machine image; the images test 15 and 17 end to end).
-func findPostgres() (string, error) {
-	dir := os.Getenv("TUSK_TEST_PG_BINDIR")
-	if dir == "" {
-		dir = "/usr/lib/postgresql/15/bin"
-	}
-	if _, err := os.Stat(filepath.Join(dir, "postgres")); err != nil {
-		return "", fmt.Errorf("no PostgreSQL server at %s (install postgresql-15 or set TUSK_TEST_PG_BINDIR): %w", dir, err)
-	}
-	return dir, nil
-}
-
-// postgresCredential runs the manager as the postgres OS user when the tests
-// run as root: PostgreSQL refuses to run as root.
-func postgresCredential() (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return nil, fmt.Errorf("tests run as root need a postgres OS user to run PostgreSQL as: %w", err)
-	}
-	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
 // workDir makes a directory the postgres OS user owns, removed after the test.
-func workDir(t *testing.T) string {
+func workDir(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "tusk-instance-")
 	if err != nil {
@@ -120,7 +90,7 @@ func workDir(t *testing.T) string {
 	return dir
 }
 
-func chown(t *testing.T, path string) {
+func chown(t testing.TB, path string) {
 	t.Helper()
 	if pgUser != nil {
 		if err := os.Chown(path, int(pgUser.Uid), int(pgUser.Gid)); err != nil {
@@ -129,19 +99,9 @@ func chown(t *testing.T, path string) {
 	}
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // node is one `tusk instance run` process.
 type node struct {
-	t        *testing.T
+	t        testing.TB
 	name     string
 	dir      string
 	port     int
@@ -156,9 +116,12 @@ type nodeOptions struct {
 	role         instanceapi.Role
 	upstreamPort int
 	config       *instanceapi.Config
+	// interruptedBootstrap leaves what a crash half-way through initdb
+	// would: a partial data directory beside the real one.
+	interruptedBootstrap bool
 }
 
-func writeSecret(t *testing.T, dir, name, value string) string {
+func writeSecret(t testing.TB, dir, name, value string) string {
 	t.Helper()
 	path := filepath.Join(dir, name)
 	if err := os.WriteFile(path, []byte(value+"\n"), 0o600); err != nil {
@@ -168,14 +131,24 @@ func writeSecret(t *testing.T, dir, name, value string) string {
 	return path
 }
 
-func startNode(t *testing.T, name string, o nodeOptions) *node {
+func startNode(t testing.TB, name string, o nodeOptions) *node {
 	t.Helper()
-	n := &node{t: t, name: name, dir: workDir(t), port: freePort(t), httpPort: freePort(t), exited: make(chan struct{})}
+	n := &node{t: t, name: name, dir: workDir(t), port: testenv.FreePort(t), httpPort: testenv.FreePort(t), exited: make(chan struct{})}
 	for _, sub := range []string{"socket", "run", "secrets"} {
 		if err := os.Mkdir(filepath.Join(n.dir, sub), 0o700); err != nil {
 			t.Fatal(err)
 		}
 		chown(t, filepath.Join(n.dir, sub))
+	}
+	if o.interruptedBootstrap {
+		partial := filepath.Join(n.dir, "pgdata.tusk-bootstrap")
+		if err := os.MkdirAll(filepath.Join(partial, "base"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(partial, "PG_VERSION"), []byte("15\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		chown(t, partial)
 	}
 	secrets := filepath.Join(n.dir, "secrets")
 	args := []string{"instance", "run", "--name", name, "--cluster", n.cluster(),
@@ -260,6 +233,21 @@ func (n *node) cluster() string { return fmt.Sprintf("tusk%d", n.port) }
 // postmaster or any of its children.
 func (n *node) leftovers() []string {
 	return processesMatching(n.dir, "postgres: "+n.cluster()+":")
+}
+
+// metrics returns the manager's /metrics text.
+func (n *node) metrics() string {
+	n.t.Helper()
+	resp, err := http.Get(n.url(instanceapi.PathMetrics))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return string(data)
 }
 
 func (n *node) url(path string) string { return fmt.Sprintf("http://127.0.0.1:%d%s", n.httpPort, path) }

@@ -20,7 +20,7 @@ import (
 // reconfigure, survive a crash, promote, follow, and rejoin the former
 // primary with pg_rewind after it wrote divergent WAL.
 func TestReplicatedLifecycle(t *testing.T) {
-	primary := startNode(t, "pg-1", nodeOptions{role: instanceapi.RolePrimary})
+	primary := startNode(t, "pg-1", nodeOptions{role: instanceapi.RolePrimary, interruptedBootstrap: true})
 	st := primary.waitReady(instanceapi.RolePrimary)
 	if st.Timeline != 1 || st.SystemIdentifier == "" || !strings.HasPrefix(st.PostgresVersion, "15") {
 		t.Fatalf("new primary status %+v: want timeline 1, a system identifier, PostgreSQL 15", st)
@@ -51,6 +51,19 @@ func TestReplicatedLifecycle(t *testing.T) {
 		return nil
 	})
 
+	t.Run("metrics", func(t *testing.T) {
+		text := primary.metrics()
+		for _, want := range []string{"tusk_pg_up 1", `tusk_pg_role{role="primary"} 1`, "tusk_pg_timeline 1",
+			`tusk_pg_replica_lag_bytes{replica="pg-2",sync_state="async"}`, `tusk_pg_database_size_bytes{database="app"}`,
+			"tusk_pg_xid_age", "tusk_pg_wal_written_bytes_total", "process_resident_memory_bytes"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("/metrics lacks %q", want)
+			}
+		}
+		if !strings.Contains(replica1.metrics(), `tusk_pg_role{role="replica"} 1`) {
+			t.Error("a replica's /metrics does not say it is a replica")
+		}
+	})
 	t.Run("reload and restart-pending parameters", func(t *testing.T) { testReconfigure(t, primary, replica1, replica2) })
 	t.Run("postgres killed is restarted", func(t *testing.T) { testCrashRecovery(t, replica2) })
 

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"tusk.dev/tusk/internal/testenv"
 )
 
 // TestRenderedConfigurationRunsOnPostgreSQL writes rendered files into a
@@ -21,7 +23,7 @@ import (
 // certificate, primary_conninfo through libpq) and rejects the rest.
 func TestRenderedConfigurationRunsOnPostgreSQL(t *testing.T) {
 	s := newPGServer(t)
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	pki := newTestPKI(t, s, "tusk_replication")
 	clusterName := fmt.Sprintf("tusk-pgconf-it-%d-%d", os.Getpid(), time.Now().UnixNano())
 	in := serverConfigFor(s, port, pki, clusterName)

@@ -4,19 +4,17 @@ package pgconf
 
 import (
 	"bytes"
-	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"tusk.dev/tusk/internal/testenv"
 )
 
 // pgServer runs PostgreSQL binaries on this host for a test, as the
@@ -32,40 +30,10 @@ type pgServer struct {
 	cred     *syscall.Credential // nil: run as ourselves
 }
 
-// findPostgresBin returns the directory of the PostgreSQL server binaries:
-// $TUSK_PG_BINDIR, else the newest /usr/lib/postgresql/<major>/bin. In CI
-// (CI=true) their absence fails the test: CI installs them, so a missing
-// binary there means the tests silently stopped testing.
-func findPostgresBin(t *testing.T) string {
-	t.Helper()
-	candidates := []string{os.Getenv("TUSK_PG_BINDIR")}
-	if candidates[0] == "" {
-		found, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-		slices.SortFunc(found, func(a, b string) int { return majorOfDir(b) - majorOfDir(a) })
-		candidates = found
-	}
-	for _, dir := range candidates {
-		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
-			return dir
-		}
-	}
-	msg := "PostgreSQL server binaries not found: set TUSK_PG_BINDIR or install postgresql (Debian: apt-get install postgresql-15), looked in " + fmt.Sprint(candidates)
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
-
-func majorOfDir(dir string) int {
-	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(dir)))
-	return n
-}
-
 // newPGServer initdb's a data directory in a fresh temporary directory.
 func newPGServer(t *testing.T) *pgServer {
 	t.Helper()
-	s := &pgServer{t: t, bin: findPostgresBin(t), password: "s3cret-'\\-pw"}
+	s := &pgServer{t: t, bin: testenv.RequirePostgres(t), password: "s3cret-'\\-pw"}
 	dir, err := os.MkdirTemp("", "tusk-pgconf-")
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +41,11 @@ func newPGServer(t *testing.T) *pgServer {
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	s.dir, s.data = dir, filepath.Join(dir, "data")
 	if os.Geteuid() == 0 {
-		s.cred = postgresCredential(t)
+		cred, err := testenv.PostgresCredential()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.cred = cred
 		s.chown(dir)
 	}
 	s.major = s.serverMajor()
@@ -82,18 +54,6 @@ func newPGServer(t *testing.T) *pgServer {
 		"--encoding=UTF8", "--locale=C", "--data-checksums")
 	s.mkdir("run")
 	return s
-}
-
-// postgresCredential is the postgres OS user, which the Debian packages create.
-func postgresCredential(t *testing.T) *syscall.Credential {
-	t.Helper()
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		t.Fatalf("running as root, so PostgreSQL must run as another user, but there is no postgres OS user: %v", err)
-	}
-	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 }
 
 func (s *pgServer) chown(path string) {
@@ -226,17 +186,6 @@ func processesOf(postmaster int, clusterName string) []int {
 		}
 	}
 	return pids
-}
-
-// freePort asks the kernel for a free loopback port.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // psql runs one SQL command with a connection string and returns the

@@ -76,8 +76,15 @@ type IgnoredParameter struct {
 // Defaults Tusk sets unless the user sets them: what streaming replication,
 // pg_rewind and SCRAM authentication need, and room for a few replicas and
 // backup streams. Users may raise them or pick wal_level = logical.
+//
+// wal_keep_size keeps a little WAL for replicas without replication slots:
+// without it a checkpoint (another replica's pg_basebackup asks for one) can
+// recycle the segment a starting pg_basebackup is about to stream, before
+// its temporary slot exists ("requested WAL segment ... has already been
+// removed"), and a replica that briefly disconnects must be copied again.
 var tuskDefaults = map[string]string{ //nolint:gosec // G101: password_encryption is a setting name, not a credential
 	"wal_level":             "replica",
+	"wal_keep_size":         "128MB",
 	"max_wal_senders":       "10",
 	"max_replication_slots": "10",
 	"wal_log_hints":         "on",

@@ -23,7 +23,15 @@ import (
 type Reaper struct {
 	mu      sync.Mutex
 	started map[int]bool
+	reaped  int
 	log     logr.Logger
+}
+
+// Reaped counts the orphans reaped so far.
+func (r *Reaper) Reaped() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reaped
 }
 
 // NewReaper returns a reaper; call Run to start reaping.
@@ -84,6 +92,7 @@ func (r *Reaper) reapOrphans() {
 		}
 		var ws syscall.WaitStatus
 		if got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); err == nil && got == pid {
+			r.reaped++
 			r.log.V(1).Info("Reaped an orphaned process", "pid", pid, "exitStatus", ws.ExitStatus())
 		}
 	}

@@ -1,0 +1,80 @@
+package testenv
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"syscall"
+	"testing"
+)
+
+// PostgresBinDir finds PostgreSQL's server programs for tests that run real
+// postgres processes: $TUSK_PG_BINDIR, else the newest
+// /usr/lib/postgresql/<major>/bin (hack/install-postgres.sh installs 15).
+func PostgresBinDir() (string, error) {
+	candidates := []string{os.Getenv("TUSK_PG_BINDIR")}
+	if candidates[0] == "" {
+		found, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+		slices.SortFunc(found, func(a, b string) int { return majorOfDir(b) - majorOfDir(a) })
+		candidates = found
+	}
+	for _, dir := range candidates {
+		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil { //nolint:gosec // a directory the developer or CI chose
+			return dir, nil
+		}
+	}
+	return "", fmt.Errorf("PostgreSQL server programs not found in %v: run hack/install-postgres.sh or set TUSK_PG_BINDIR", candidates)
+}
+
+func majorOfDir(dir string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(dir)))
+	return n
+}
+
+// RequirePostgres returns PostgresBinDir, or stops the test without it:
+// failing under CI=true (CI installs PostgreSQL, so its absence means the
+// tests silently stopped testing) and skipping with the reason elsewhere.
+func RequirePostgres(t testing.TB) string {
+	t.Helper()
+	dir, err := PostgresBinDir()
+	if err == nil {
+		return dir
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal(err)
+	}
+	t.Skip(err)
+	return ""
+}
+
+// PostgresCredential is who to run PostgreSQL as: nil (ourselves) unless
+// the tests run as root, which PostgreSQL refuses; then the postgres OS user
+// that Debian's packages create.
+func PostgresCredential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("tests run as root need a postgres OS user to run PostgreSQL as: %w", err)
+	}
+	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// FreePort returns a loopback TCP port nothing listens on right now; the
+// caller's server binds it a moment later.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port
+}
