@@ -76,6 +76,11 @@ integration: ## Unit tests plus integration tests: controllers and CRDs on a rea
 	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh kube-apiserver etcd) \
 		$(GOTESTSUM) --format testname -- $(GO_TEST_FLAGS) -tags integration ./...
 
+.PHONY: bench
+bench: ## Benchmarks that print figures (docs/benchmarks.md); BENCHTIME=3x by default.
+	TUSK_PG_BINDIR=$$(hack/install-postgres.sh) \
+		go test -tags integration -run '^$$' -bench . -benchtime $${BENCHTIME:-3x} ./test/instance/
+
 .PHONY: envtest-assets
 envtest-assets: ## Build kube-apiserver and etcd for envtest and print where they are.
 	@hack/build-k8s.sh kube-apiserver etcd
