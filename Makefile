@@ -72,8 +72,8 @@ unit: ## Unit tests: pure functions, no servers.
 	$(GOTESTSUM) --format testname -- $(GO_TEST_FLAGS) ./...
 
 .PHONY: integration
-integration: ## Unit tests plus integration tests: controllers and CRDs on a real kube-apiserver and etcd (envtest).
-	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh kube-apiserver etcd) \
+integration: ## Unit tests plus integration tests: controllers and CRDs on a real kube-apiserver and etcd (envtest), the instance manager on real PostgreSQL.
+	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh kube-apiserver etcd) TUSK_PG_BINDIR=$$(hack/install-postgres.sh) \
 		$(GOTESTSUM) --format testname -- $(GO_TEST_FLAGS) -tags integration ./...
 
 .PHONY: bench
