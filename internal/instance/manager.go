@@ -98,6 +98,7 @@ type Manager struct {
 	reaper  *supervisor.Reaper
 	secrets secrets
 	ops     chan operation
+	stopped chan struct{} // closed when Run is returning
 	metrics *metrics
 	sizer   dirSizer
 
@@ -145,6 +146,7 @@ func New(opts Options, log logr.Logger) (*Manager, error) {
 		reaper:  supervisor.NewReaper(log),
 		secrets: s,
 		ops:     make(chan operation),
+		stopped: make(chan struct{}),
 		state:   state{role: opts.Role, upstream: opts.Upstream, config: opts.Config},
 	}
 	m.metrics = newMetrics(m)
@@ -180,6 +182,7 @@ func (m *Manager) Run(ctx context.Context) error {
 
 	server := m.startHTTP()
 	defer shutdownHTTP(server, m.log)
+	defer close(m.stopped) // before the HTTP server stops: waiting handlers give up
 
 	if err := m.prepare(ctx); err != nil {
 		m.setError(err)
@@ -271,6 +274,8 @@ func (m *Manager) do(ctx context.Context, name string, fn func(ctx context.Conte
 	case m.ops <- op:
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-m.stopped:
+		return nil, errors.New("the instance manager is shutting down")
 	}
 	res := <-op.result
 	return res.value, res.err
