@@ -5,7 +5,8 @@
 #   hack/images.sh build [IMAGE...]   write docker-archive tarballs, print their paths
 #   hack/images.sh load  [IMAGE...]   build if needed, then import into the local
 #                                     cluster's containerd, or `kind load` them
-#   hack/images.sh path IMAGE         print the tarball path (building it if needed)
+#   hack/images.sh images [IMAGE...]  build, then load when KUBECONFIG points at
+#                                     the local cluster or kind (`make images`)
 #
 # IMAGE: operator postgres-15 postgres-17 pause coredns (default: operator
 # postgres-15 postgres-17). Images are written by hack/imagebuild
@@ -52,7 +53,8 @@ debian_mirror() {
 # once. A sidecar file .user holds the postgres uid:gid.
 pg_rootfs() {
   local suite=$1 major=$2 key out
-  key=$(recipe_key "$here/images.sh" <(echo "$suite $major"))
+  # Keyed by the recipe itself (the function below), not by this whole file.
+  key=$(recipe_key <(declare -f debootstrap_pg) <(echo "$suite $major"))
   out="$TUSK_CACHE_DIR/rootfs/postgres-$major-$suite-$key.tar"
   if [ ! -f "$out" ] || [ ! -f "$out.user" ]; then
     need_root "building the PostgreSQL root filesystem (debootstrap)"
@@ -66,12 +68,11 @@ pg_rootfs() {
 debootstrap_pg() {
   local suite=$1 major=$2 out=$3 dir
   dir=$(mktemp -d "$TUSK_CACHE_DIR/rootfs/build.XXXX")
-  # debootstrap mounts /proc and /sys in the target; unmount them on failure
-  # so the directory can be removed.
-  trap 'unmount_under "$dir"; rm -rf "$dir"' RETURN
-  log "Running debootstrap $suite + postgresql-$major (about 2 minutes)"
-  debootstrap --variant=minbase --include="postgresql-$major" "$suite" "$dir" "$(debian_mirror)" >"$dir.log" 2>&1 ||
+  log "Running debootstrap $suite + postgresql-$major (2 to 10 minutes)"
+  if ! debootstrap --variant=minbase --include="postgresql-$major" "$suite" "$dir" "$(debian_mirror)" >"$dir.log" 2>&1; then
+    unmount_under "$dir" # debootstrap mounts /proc and /sys in the target
     die "debootstrap $suite failed: see $dir.log"
+  fi
   rm -f "$dir.log"
   unmount_under "$dir"
   # The package creates a default cluster; the image ships only the server,
@@ -81,6 +82,7 @@ debootstrap_pg() {
   rm -rf "$dir"/var/lib/apt/lists/* "$dir"/var/cache/apt/* "$dir"/usr/share/doc/* "$dir"/usr/share/man/*
   echo "$(chroot "$dir" id -u postgres):$(chroot "$dir" id -g postgres)" >"$out.user.tmp"
   tar --numeric-owner -C "$dir" --exclude='./dev/*' --exclude='./proc/*' --exclude='./sys/*' -cf "$out.tmp" .
+  rm -rf "$dir"
   mv "$out.user.tmp" "$out.user" && mv "$out.tmp" "$out"
 }
 
@@ -152,12 +154,9 @@ build_one() {
 # KUBECONFIG (the local cluster's kubeconfig when KUBECONFIG is unset).
 load_target() {
   local kc=${KUBECONFIG:-$LOCAL_CLUSTER_KUBECONFIG} ctx
-  if [ "$kc" = "$LOCAL_CLUSTER_KUBECONFIG" ] && [ -S "$LOCAL_CLUSTER_SOCK" ]; then
-    echo local
-    return
-  fi
   ctx=$(KUBECONFIG=$kc kubectl config current-context 2>/dev/null || true)
   case $ctx in
+    tusk-local) if [ -S "$LOCAL_CLUSTER_SOCK" ]; then echo local; else echo none; fi ;;
     kind-*) echo "kind:${ctx#kind-}" ;;
     *) echo none ;;
   esac
@@ -173,23 +172,35 @@ load_one() {
   esac
 }
 
+load_all() {
+  local target=$1 tar i
+  shift
+  for i in "$@"; do
+    tar=$(build_one "$i")
+    log "Loading $i into $target"
+    timed "load $i" load_one "$tar" "$target"
+  done
+}
+
 main() {
   local cmd=${1:-build}
   shift || true
   local images=("$@")
   [ ${#images[@]} -gt 0 ] || images=("${DEFAULT_IMAGES[@]}")
   case $cmd in
-    build | path) for i in "${images[@]}"; do build_one "$i"; done ;;
-    load)
-      local target tar
+    build) for i in "${images[@]}"; do build_one "$i"; done ;;
+    load) load_all "$(load_target)" "${images[@]}" ;;
+    images)
+      local target
       target=$(load_target)
-      for i in "${images[@]}"; do
-        tar=$(build_one "$i")
-        log "Loading $i into $target"
-        timed "load $i" load_one "$tar" "$target"
-      done
+      if [ "$target" = none ]; then
+        for i in "${images[@]}"; do build_one "$i"; done
+        log "Built; KUBECONFIG points at neither the local cluster nor kind, so nothing was loaded."
+      else
+        load_all "$target" "${images[@]}"
+      fi
       ;;
-    *) die "usage: $0 build|load|path [IMAGE...]" ;;
+    *) die "usage: $0 build|load|images [IMAGE...]" ;;
   esac
 }
 
