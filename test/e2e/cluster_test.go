@@ -13,9 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// The images the tests run; `make e2e` builds and loads them first.
-const postgresImage = "tusk/postgres:15"
-
 // TestNodeReady: every node of the cluster reports Ready.
 func TestNodeReady(t *testing.T) {
 	eventually(t, 2*time.Minute, "every node Ready", func(ctx context.Context) (bool, error) {
@@ -60,9 +57,9 @@ func TestDNSResolvesService(t *testing.T) {
 	fqdn := "target." + ns + ".svc.cluster.local"
 	// The pod retries for a while: CoreDNS learns about the Service through
 	// its watch, a moment after the API server has it.
-	createPod(t, ns, restrictedPod("resolver", postgresImage, "sh", "-c",
+	createPod(t, ns, restrictedPod("resolver", "sh", "-c",
 		"for i in $(seq 30); do getent hosts "+fqdn+" && exit 0; sleep 1; done; exit 1"))
-	waitPodPhase(t, ns, "resolver", corev1.PodSucceeded, 2*time.Minute)
+	waitPodPhase(t, ns, "resolver", corev1.PodSucceeded)
 	out := podLogs(t, ns, "resolver")
 	if !strings.HasPrefix(strings.TrimSpace(out), svc.Spec.ClusterIP+" ") {
 		t.Fatalf("%s resolved to %q, want cluster IP %s", fqdn, out, svc.Spec.ClusterIP)
@@ -95,15 +92,15 @@ func createClaim(t *testing.T, ns, name string) {
 func TestVolumeKeepsDataAcrossPodRecreation(t *testing.T) {
 	ns := newNamespace(t)
 	createClaim(t, ns, "data")
-	writer := withVolume(restrictedPod("writer", postgresImage, "sh", "-c",
+	writer := withVolume(restrictedPod("writer", "sh", "-c",
 		"echo kept-$(id -u) > /data/marker && cat /data/marker"), "data", "/data")
 	createPod(t, ns, writer)
-	waitPodPhase(t, ns, "writer", corev1.PodSucceeded, 2*time.Minute)
+	waitPodPhase(t, ns, "writer", corev1.PodSucceeded)
 	want := strings.TrimSpace(podLogs(t, ns, "writer"))
 	deletePod(t, ns, "writer")
 
-	createPod(t, ns, withVolume(restrictedPod("reader", postgresImage, "cat", "/data/marker"), "data", "/data"))
-	waitPodPhase(t, ns, "reader", corev1.PodSucceeded, 2*time.Minute)
+	createPod(t, ns, withVolume(restrictedPod("reader", "cat", "/data/marker"), "data", "/data"))
+	waitPodPhase(t, ns, "reader", corev1.PodSucceeded)
 	if got := strings.TrimSpace(podLogs(t, ns, "reader")); got != want || !strings.HasPrefix(got, "kept-") {
 		t.Fatalf("read %q after recreating the pod, wrote %q", got, want)
 	}

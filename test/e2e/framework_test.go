@@ -188,10 +188,14 @@ func kubectl(ctx context.Context, args ...string) (string, error) {
 	return string(out), err
 }
 
+// testImage is what test pods run: it has a shell, getent and the
+// PostgreSQL client and server. `make e2e` builds and loads it first.
+const testImage = "tusk/postgres:15"
+
 // restrictedPod returns a pod spec that passes the `restricted` Pod Security
 // Standard: non-root, no privilege escalation, no capabilities,
 // RuntimeDefault seccomp. fsGroup makes volumes writable.
-func restrictedPod(name, image string, command ...string) *corev1.Pod {
+func restrictedPod(name string, command ...string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}},
 		Spec: corev1.PodSpec{
@@ -204,7 +208,7 @@ func restrictedPod(name, image string, command ...string) *corev1.Pod {
 			TerminationGracePeriodSeconds: ptrTo[int64](5),
 			Containers: []corev1.Container{{
 				Name:            "main",
-				Image:           image,
+				Image:           testImage,
 				ImagePullPolicy: corev1.PullIfNotPresent,
 				Command:         command,
 				SecurityContext: &corev1.SecurityContext{
@@ -234,9 +238,9 @@ func createPod(t *testing.T, ns string, pod *corev1.Pod) {
 
 // waitPodPhase waits for the pod to reach phase; a pod that ends in the other
 // terminal phase fails the test at once.
-func waitPodPhase(t *testing.T, ns, name string, phase corev1.PodPhase, timeout time.Duration) {
+func waitPodPhase(t *testing.T, ns, name string, phase corev1.PodPhase) {
 	t.Helper()
-	eventually(t, timeout, "pod "+name+" "+string(phase), func(ctx context.Context) (bool, error) {
+	eventually(t, 2*time.Minute, "pod "+name+" "+string(phase), func(ctx context.Context) (bool, error) {
 		p, err := clientset.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err

@@ -25,7 +25,7 @@ D=/var/lib/postgresql/data/pgdata
 exec postgres -D "$D" -c listen_addresses='*'`
 
 func postgresPod() *corev1.Pod {
-	pod := withVolume(restrictedPod("pg", postgresImage, "sh", "-c", postgresServer), "pgdata", "/var/lib/postgresql/data")
+	pod := withVolume(restrictedPod("pg", "sh", "-c", postgresServer), "pgdata", "/var/lib/postgresql/data")
 	c := &pod.Spec.Containers[0]
 	c.Ports = []corev1.ContainerPort{{Name: "postgres", ContainerPort: 5432}}
 	c.ReadinessProbe = &corev1.Probe{
@@ -44,7 +44,7 @@ func TestPostgresRunsOnVolume(t *testing.T) {
 	createClaim(t, ns, "pgdata")
 	start := time.Now()
 	createPod(t, ns, postgresPod())
-	waitPodPhase(t, ns, "pg", corev1.PodRunning, 2*time.Minute)
+	waitPodPhase(t, ns, "pg", corev1.PodRunning)
 	t.Logf("PostgreSQL pod Running %.1fs after create", time.Since(start).Seconds())
 	waitPodReady(t, ns, "pg", 2*time.Minute)
 	t.Logf("PostgreSQL pod Ready %.1fs after create (initdb included)", time.Since(start).Seconds())
@@ -85,9 +85,9 @@ func checkServiceFromPod(t *testing.T, ns string) {
 		t.Fatalf("creating service: %v", err)
 	}
 	host := "pg." + ns + ".svc.cluster.local"
-	createPod(t, ns, restrictedPod("client", postgresImage, "sh", "-c",
+	createPod(t, ns, restrictedPod("client", "sh", "-c",
 		"for i in $(seq 30); do pg_isready -h "+host+" && exit 0; sleep 1; done; exit 1"))
-	waitPodPhase(t, ns, "client", corev1.PodSucceeded, 2*time.Minute)
+	waitPodPhase(t, ns, "client", corev1.PodSucceeded)
 }
 
 // checkPortForward forwards a local port to the pod and sends PostgreSQL's
