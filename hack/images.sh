@@ -106,7 +106,7 @@ build_operator() {
 build_postgres() {
   local suite=$1 major=$2 rootfs key out
   rootfs=$(pg_rootfs "$suite" "$major")
-  key=$(recipe_key "$rootfs.user" <(echo "$rootfs"))
+  key=$(recipe_key "$rootfs.user" <(echo "$rootfs") <(declare -f build_postgres))
   out="$TUSK_CACHE_DIR/images/postgres-$major-$key.tar"
   if [ ! -f "$out" ]; then
     mkdir -p "$(dirname "$out")"
