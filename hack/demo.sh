@@ -42,6 +42,7 @@ wait_ready() {
   local deadline=$((SECONDS + DEMO_WAIT)) last="" now gens
   while [ $SECONDS -lt $deadline ]; do
     now=$(condition || true)
+    [[ $now != " "* ]] || now="" # no Ready condition yet
     [ "$now" = "$last" ] || log "  $SAMPLE Ready: ${now:-<no status yet>}"
     last=$now
     case $now in
