@@ -179,7 +179,18 @@ load_all() {
     tar=$(build_one "$i")
     log "Loading $i into $target"
     timed "load $i" load_one "$tar" "$target"
+    [ "$i" != operator ] || restart_operator
   done
+}
+
+# restart_operator makes a deployed operator run the image just loaded: the
+# tag stays tusk/operator:dev, so the Deployment itself does not change.
+restart_operator() {
+  local kc=${KUBECONFIG:-$LOCAL_CLUSTER_KUBECONFIG}
+  if KUBECONFIG=$kc kubectl -n tusk-system get deployment/tusk-operator >/dev/null 2>&1; then
+    log "Restarting the deployed operator on the new image"
+    KUBECONFIG=$kc kubectl -n tusk-system rollout restart deployment/tusk-operator >/dev/null
+  fi
 }
 
 main() {

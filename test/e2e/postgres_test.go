@@ -59,7 +59,12 @@ func checkExec(t *testing.T, ns string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := kubectl(ctx, "exec", "-n", ns, "pg", "--", "psql", "-U", "postgres", "-Atc", "select current_user")
+	// The image's user, by number, is Debian's postgres user.
+	out, err := kubectl(ctx, "exec", "-n", ns, "pg", "--", "id", "-un")
+	if err != nil || strings.TrimSpace(out) != "postgres" {
+		t.Fatalf("kubectl exec id -un: %v: %q, want postgres", err, out)
+	}
+	out, err = kubectl(ctx, "exec", "-n", ns, "pg", "--", "psql", "-U", "postgres", "-Atc", "select current_user")
 	if err != nil || strings.TrimSpace(out) != "postgres" {
 		t.Fatalf("kubectl exec psql: %v: %s", err, out)
 	}
