@@ -61,11 +61,13 @@ verify-fmt:
 
 .PHONY: vet
 vet: ## go vet, with the integration tests included.
-	go vet -tags integration ./...
+	go vet -tags integration,e2e ./...
+	cd hack/imagebuild && go vet ./...
 
 .PHONY: lint
 lint: ## golangci-lint with .golangci.yml.
-	$(GOLANGCI_LINT) run --build-tags integration ./...
+	$(GOLANGCI_LINT) run --allow-serial-runners --build-tags integration,e2e ./...
+	cd hack/imagebuild && $(GOLANGCI_LINT) run --allow-serial-runners ./...
 
 .PHONY: unit
 unit: ## Unit tests: pure functions, no servers.
@@ -85,8 +87,48 @@ bench: ## Benchmarks that print figures (docs/benchmarks.md); BENCHTIME=3x by de
 envtest-assets: ## Build kube-apiserver and etcd for envtest and print where they are.
 	@hack/build-k8s.sh kube-apiserver etcd
 
-##@ Not yet built (see the README's status table)
+##@ Local cluster, images, deploy, end-to-end
 
-.PHONY: demo e2e
-demo e2e:
-	@echo "make $@ is not available yet: the local Kubernetes cluster and the PostgreSQL lifecycle are still being built (README, 'Status')." >&2; exit 2
+# The local cluster's kubeconfig is the default when KUBECONFIG is unset.
+LOCAL_KUBECONFIG := $(CURDIR)/.cache/local-cluster/kubeconfig
+ifeq ($(origin KUBECONFIG),undefined)
+ifneq ($(wildcard $(LOCAL_KUBECONFIG)),)
+export KUBECONFIG := $(LOCAL_KUBECONFIG)
+endif
+endif
+
+.PHONY: cluster-up
+cluster-up: ## Start the local single-node Kubernetes (root; builds what is missing).
+	hack/local-cluster up
+
+.PHONY: cluster-down
+cluster-down: ## Stop the local cluster and remove its state (harmless when it is not up).
+	hack/local-cluster down
+
+.PHONY: cluster-status
+cluster-status: ## Node readiness and component health of the local cluster.
+	hack/local-cluster status
+
+.PHONY: images
+images: ## Build the operator and PostgreSQL images; load them into the local cluster or kind when KUBECONFIG points at one.
+	hack/images.sh images
+
+.PHONY: deploy
+deploy: ## Install the operator (config/default) into the cluster in KUBECONFIG and wait for it.
+	kubectl apply -k config/default
+	kubectl -n tusk-system rollout status deployment/tusk-operator --timeout=180s
+
+.PHONY: undeploy
+undeploy: ## Remove the operator, its CRDs and everything they own from the cluster in KUBECONFIG.
+	kubectl delete -k config/default --ignore-not-found --wait=true
+
+E2E_ARTIFACTS ?= $(CURDIR)/.cache/e2e-artifacts
+E2E_FLAGS ?= -count=1 -timeout=30m
+
+.PHONY: e2e
+e2e: images deploy ## End-to-end tests against the cluster in KUBECONFIG (the local cluster by default).
+	E2E_ARTIFACTS=$(E2E_ARTIFACTS) $(GOTESTSUM) --format testname -- $(E2E_FLAGS) -tags e2e ./test/e2e/...
+
+.PHONY: demo
+demo: ## Bring up a cluster if none is reachable, deploy Tusk, apply the sample cluster and show its status.
+	hack/demo.sh

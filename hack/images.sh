@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# Builds container images without a Docker engine or a registry, and loads
+# them into the cluster that will run them.
+#
+#   hack/images.sh build [IMAGE...]   write docker-archive tarballs, print their paths
+#   hack/images.sh load  [IMAGE...]   build if needed, then import into the local
+#                                     cluster's containerd, or `kind load` them
+#   hack/images.sh images [IMAGE...]  build, then load when KUBECONFIG points at
+#                                     the local cluster or kind (`make images`)
+#
+# IMAGE: operator postgres-15 postgres-17 pause coredns (default: operator
+# postgres-15 postgres-17). Images are written by hack/imagebuild
+# (go-containerregistry, the library behind crane). PostgreSQL root
+# filesystems come from Debian packages via debootstrap and are cached under
+# TUSK_CACHE_DIR keyed by their recipe; the operator image is rebuilt from
+# bin/tusk every time because it changes with every commit.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=hack/lib.sh
+. "$here/lib.sh"
+root=$(repo_root)
+
+DEFAULT_IMAGES=(operator postgres-15 postgres-17)
+OPERATOR_TAG=tusk/operator:dev
+PAUSE_TAG=tusk/pause:dev
+COREDNS_TAG=tusk/coredns:1.15.0
+NONROOT=65532:65532
+
+# imagebuild prints the path of the image writer, built once per recipe.
+imagebuild() {
+  local key dir
+  key=$(recipe_key "$here/imagebuild/main.go" "$here/imagebuild/go.mod" "$here/imagebuild/go.sum" <(go env GOVERSION))
+  dir="$TUSK_CACHE_DIR/tools/imagebuild-$key"
+  if [ ! -x "$dir/imagebuild" ]; then
+    mkdir -p "$dir"
+    (cd "$here/imagebuild" && CGO_ENABLED=0 go build -trimpath -o "$dir/imagebuild" .) >&2
+  fi
+  echo "$dir/imagebuild"
+}
+
+# debian_mirror prints the Debian mirror the host's apt already uses, so the
+# images come from the same place as the host's packages.
+debian_mirror() {
+  local m=${DEBIAN_MIRROR:-}
+  [ -n "$m" ] || m=$(sed -n 's/^URIs:[[:space:]]*\([^[:space:]]*\/debian\)[[:space:]]*$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1)
+  [ -n "$m" ] || m=$(sed -n 's/^deb[[:space:]]\+\(\[[^]]*\][[:space:]]\+\)\?\([^[:space:]]*\/debian\)[[:space:]].*/\2/p' /etc/apt/sources.list 2>/dev/null | head -n1)
+  [ -n "$m" ] || die "cannot tell which Debian mirror apt uses: set DEBIAN_MIRROR to a Debian archive URL."
+  echo "$m"
+}
+
+# pg_rootfs SUITE MAJOR prints the path of a cached tarball of a minimal
+# Debian SUITE root filesystem with postgresql-MAJOR installed, building it
+# once. A sidecar file .user holds the postgres uid:gid.
+pg_rootfs() {
+  local suite=$1 major=$2 key out
+  # Keyed by the recipe itself (the function below), not by this whole file.
+  key=$(recipe_key <(declare -f debootstrap_pg) <(echo "$suite $major"))
+  out="$TUSK_CACHE_DIR/rootfs/postgres-$major-$suite-$key.tar"
+  if [ ! -f "$out" ] || [ ! -f "$out.user" ]; then
+    need_root "building the PostgreSQL root filesystem (debootstrap)"
+    apt_ensure debootstrap:debootstrap
+    mkdir -p "$(dirname "$out")"
+    timed "debootstrap $suite with postgresql-$major" debootstrap_pg "$suite" "$major" "$out"
+  fi
+  echo "$out"
+}
+
+debootstrap_pg() {
+  local suite=$1 major=$2 out=$3 dir
+  dir=$(mktemp -d "$TUSK_CACHE_DIR/rootfs/build.XXXX")
+  log "Running debootstrap $suite + postgresql-$major (2 to 10 minutes)"
+  if ! debootstrap --variant=minbase --include="postgresql-$major" "$suite" "$dir" "$(debian_mirror)" >"$dir.log" 2>&1; then
+    unmount_under "$dir" # debootstrap mounts /proc and /sys in the target
+    die "debootstrap $suite failed: see $dir.log"
+  fi
+  rm -f "$dir.log"
+  unmount_under "$dir"
+  # The package creates a default cluster; the image ships only the server,
+  # whoever runs it chooses where the data lives.
+  chroot "$dir" sh -c "pg_dropcluster --stop $major main 2>/dev/null || true"
+  chroot "$dir" install -d -o postgres -g postgres -m 2775 /run/postgresql
+  rm -rf "$dir"/var/lib/apt/lists/* "$dir"/var/cache/apt/* "$dir"/usr/share/doc/* "$dir"/usr/share/man/*
+  echo "$(chroot "$dir" id -u postgres):$(chroot "$dir" id -g postgres)" >"$out.user.tmp"
+  tar --numeric-owner -C "$dir" --exclude='./dev/*' --exclude='./proc/*' --exclude='./sys/*' -cf "$out.tmp" .
+  rm -rf "$dir"
+  mv "$out.user.tmp" "$out.user" && mv "$out.tmp" "$out"
+}
+
+unmount_under() {
+  local m
+  awk -v d="$1" '$2 ~ "^"d {print $2}' /proc/mounts | sort -r | while read -r m; do
+    umount "$m" 2>/dev/null || umount -l "$m"
+  done
+}
+
+# Each build_* writes one image tarball and prints its path.
+build_operator() {
+  local out="$root/.cache/images/operator.tar"
+  mkdir -p "$(dirname "$out")"
+  make -C "$root" --no-print-directory build >&2
+  "$(imagebuild)" -tag "$OPERATOR_TAG" -out "$out" -file "$root/bin/tusk:/tusk" \
+    -user "$NONROOT" -entrypoint /tusk
+  echo "$out"
+}
+
+build_postgres() {
+  local suite=$1 major=$2 rootfs key out
+  rootfs=$(pg_rootfs "$suite" "$major")
+  key=$(recipe_key "$rootfs.user" <(echo "$rootfs") <(declare -f build_postgres))
+  out="$TUSK_CACHE_DIR/images/postgres-$major-$key.tar"
+  if [ ! -f "$out" ]; then
+    mkdir -p "$(dirname "$out")"
+    log "Writing image tusk/postgres:$major"
+    "$(imagebuild)" -tag "tusk/postgres:$major" -out "$out" -layer "$rootfs" -user "$(cat "$rootfs.user")" \
+      -env "PATH=/usr/lib/postgresql/$major/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+      -env LANG=C.UTF-8 -workdir /var/lib/postgresql
+  fi
+  echo "$out"
+}
+
+# build_static NAME TAG BINARY DEST: an image holding one static binary.
+build_static() {
+  local name=$1 tag=$2 bin=$3 dest=$4 key out
+  key=$(recipe_key "$bin" "$here/images.sh")
+  out="$TUSK_CACHE_DIR/images/$name-$key.tar"
+  if [ ! -f "$out" ]; then
+    mkdir -p "$(dirname "$out")"
+    "$(imagebuild)" -tag "$tag" -out "$out" -file "$bin:$dest" -user "$NONROOT" -entrypoint "$dest"
+  fi
+  echo "$out"
+}
+
+build_pause() {
+  local bin
+  bin="$TUSK_CACHE_DIR/tools/pause-$(recipe_key "$here/pause/main.go" <(go env GOVERSION))"
+  [ -x "$bin" ] || (cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin" ./hack/pause)
+  build_static pause "$PAUSE_TAG" "$bin" /pause
+}
+
+build_coredns() { build_static coredns "$COREDNS_TAG" "$("$here/build-coredns.sh")" /coredns; }
+
+build_one() {
+  case $1 in
+    operator) build_operator ;;
+    postgres-15) build_postgres bookworm 15 ;;
+    postgres-17) build_postgres trixie 17 ;;
+    pause) build_pause ;;
+    coredns) build_coredns ;;
+    *) die "unknown image $1: want operator, postgres-15, postgres-17, pause or coredns." ;;
+  esac
+}
+
+# load_target prints "local", "kind:<name>" or "none" for the cluster in
+# KUBECONFIG (the local cluster's kubeconfig when KUBECONFIG is unset).
+load_target() {
+  local kc=${KUBECONFIG:-$LOCAL_CLUSTER_KUBECONFIG} ctx
+  ctx=$(KUBECONFIG=$kc kubectl config current-context 2>/dev/null || true)
+  case $ctx in
+    tusk-local) if [ -S "$LOCAL_CLUSTER_SOCK" ]; then echo local; else echo none; fi ;;
+    kind-*) echo "kind:${ctx#kind-}" ;;
+    *) echo none ;;
+  esac
+}
+
+load_one() {
+  local tar=$1 target=$2
+  case $target in
+    local) ctr --address "$LOCAL_CLUSTER_SOCK" -n k8s.io images import "$tar" >/dev/null ||
+      die "importing $tar into the local cluster's containerd failed." ;;
+    kind:*) kind load image-archive "$tar" --name "${target#kind:}" >&2 || die "kind load of $tar failed." ;;
+    *) die "the cluster in KUBECONFIG is neither the local cluster nor kind: push the images in $(dirname "$tar") to a registry it can pull from." ;;
+  esac
+}
+
+load_all() {
+  local target=$1 tar i
+  shift
+  for i in "$@"; do
+    tar=$(build_one "$i")
+    log "Loading $i into $target"
+    timed "load $i" load_one "$tar" "$target"
+    [ "$i" != operator ] || restart_operator
+  done
+}
+
+# restart_operator makes a deployed operator run the image just loaded: the
+# tag stays tusk/operator:dev, so the Deployment itself does not change.
+restart_operator() {
+  local kc=${KUBECONFIG:-$LOCAL_CLUSTER_KUBECONFIG}
+  if KUBECONFIG=$kc kubectl -n tusk-system get deployment/tusk-operator >/dev/null 2>&1; then
+    log "Restarting the deployed operator on the new image"
+    KUBECONFIG=$kc kubectl -n tusk-system rollout restart deployment/tusk-operator >/dev/null
+  fi
+}
+
+main() {
+  local cmd=${1:-build}
+  shift || true
+  local images=("$@")
+  [ ${#images[@]} -gt 0 ] || images=("${DEFAULT_IMAGES[@]}")
+  case $cmd in
+    build) for i in "${images[@]}"; do build_one "$i"; done ;;
+    load) load_all "$(load_target)" "${images[@]}" ;;
+    images)
+      local target
+      target=$(load_target)
+      if [ "$target" = none ]; then
+        for i in "${images[@]}"; do build_one "$i"; done
+        log "Built; KUBECONFIG points at neither the local cluster nor kind, so nothing was loaded."
+      else
+        load_all "$target" "${images[@]}"
+      fi
+      ;;
+    *) die "usage: $0 build|load|images [IMAGE...]" ;;
+  esac
+}
+
+main "$@"

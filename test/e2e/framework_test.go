@@ -1,0 +1,290 @@
+//go:build e2e
+
+// Package e2e holds the end-to-end tests: they run against whatever cluster
+// KUBECONFIG points at (the local cluster's kubeconfig when KUBECONFIG is
+// unset), each test in a namespace of its own that is deleted afterwards.
+// When a test fails, the state of its namespace (objects, `kubectl
+// describe`, container logs, events) is written under E2E_ARTIFACTS.
+// Tests wait by polling for state with a deadline, never by sleeping.
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"tusk.dev/tusk/internal/scheme"
+)
+
+var (
+	cfg       *rest.Config
+	clientset *kubernetes.Clientset
+	kube      client.Client
+	artifacts string
+)
+
+func TestMain(m *testing.M) {
+	if err := setup(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+func setup() error {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		return err
+	}
+	if os.Getenv("KUBECONFIG") == "" {
+		local := filepath.Join(root, ".cache/local-cluster/kubeconfig")
+		if _, err := os.Stat(local); err == nil {
+			_ = os.Setenv("KUBECONFIG", local) // kubectl, run for the artifacts, reads it too
+		}
+	}
+	artifacts = os.Getenv("E2E_ARTIFACTS")
+	if artifacts == "" {
+		artifacts = filepath.Join(root, ".cache/e2e-artifacts")
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("while loading the kubeconfig (is a cluster up? make cluster-up): %w", err)
+	}
+	if clientset, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+	s, err := scheme.New()
+	if err != nil {
+		return err
+	}
+	kube, err = client.New(cfg, client.Options{Scheme: s})
+	return err
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// eventually polls cond every 250ms until it returns true or the timeout
+// passes, then fails the test with what was awaited and the last error.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func(context.Context) (bool, error)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var lastErr error
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, err := cond(ctx)
+		if ok {
+			return
+		}
+		if err != nil {
+			lastErr = err
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, lastErr)
+		case <-tick.C:
+		}
+	}
+}
+
+var unsafeChars = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// newNamespace creates a namespace for this test under the `restricted` Pod
+// Security Standard and deletes it when the test ends, dumping its state
+// first if the test failed.
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	suffix := make([]byte, 3)
+	_, _ = rand.Read(suffix)
+	base := strings.Trim(unsafeChars.ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
+	if len(base) > 40 {
+		base = base[:40]
+	}
+	name := "e2e-" + base + "-" + hex.EncodeToString(suffix)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted",
+		"pod-security.kubernetes.io/warn":    "restricted",
+	}}}
+	ctx := context.Background()
+	if _, err := clientset.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating namespace %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpNamespace(t, name)
+		}
+		deleteNamespace(t, name)
+	})
+	return name
+}
+
+func deleteNamespace(t *testing.T, name string) {
+	ctx := context.Background()
+	err := clientset.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
+	if apierrors.IsNotFound(err) {
+		return
+	}
+	if err != nil {
+		t.Errorf("deleting namespace %s: %v", name, err)
+		return
+	}
+	eventually(t, 3*time.Minute, "namespace "+name+" to be gone", func(ctx context.Context) (bool, error) {
+		_, err := clientset.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+// dumpNamespace writes what an engineer needs to see why a test failed.
+func dumpNamespace(t *testing.T, ns string) {
+	dir := filepath.Join(artifacts, unsafeChars.ReplaceAllString(strings.ToLower(t.Name()), "_"))
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		t.Logf("cannot write artifacts: %v", err)
+		return
+	}
+	kubectlTo(t, filepath.Join(dir, "objects.txt"), "get", "all,pvc,configmaps,postgresclusters", "-n", ns, "-o", "wide")
+	kubectlTo(t, filepath.Join(dir, "describe.txt"), "describe", "pods,pvc,deployments,postgresclusters", "-n", ns)
+	kubectlTo(t, filepath.Join(dir, "events.txt"), "get", "events", "-n", ns, "--sort-by=.lastTimestamp")
+	kubectlTo(t, filepath.Join(dir, "nodes.txt"), "describe", "nodes")
+	pods, err := clientset.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err == nil {
+		for _, p := range pods.Items {
+			kubectlTo(t, filepath.Join(dir, "logs-"+p.Name+".txt"), "logs", "-n", ns, p.Name, "--all-containers", "--prefix")
+		}
+	}
+	t.Logf("artifacts of the failure are in %s", dir)
+}
+
+func kubectlTo(t *testing.T, file string, args ...string) {
+	out, err := exec.Command("kubectl", args...).CombinedOutput() // #nosec G204 -- fixed command, test arguments
+	if err != nil {
+		out = append(out, []byte(fmt.Sprintf("\n(kubectl %s: %v)\n", strings.Join(args, " "), err))...)
+	}
+	if err := os.WriteFile(file, out, 0o600); err != nil {
+		t.Logf("writing %s: %v", file, err)
+	}
+}
+
+// kubectl runs kubectl and returns its combined output.
+func kubectl(ctx context.Context, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, "kubectl", args...).CombinedOutput() // #nosec G204 -- test arguments
+	return string(out), err
+}
+
+// testImage is what test pods run: it has a shell, getent and the
+// PostgreSQL client and server. `make e2e` builds and loads it first.
+const testImage = "tusk/postgres:15"
+
+// restrictedPod returns a pod spec that passes the `restricted` Pod Security
+// Standard: non-root, no privilege escalation, no capabilities,
+// RuntimeDefault seccomp. fsGroup makes volumes writable.
+func restrictedPod(name string, command ...string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptrTo(true),
+				FSGroup:        ptrTo[int64](2000),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			TerminationGracePeriodSeconds: ptrTo[int64](5),
+			Containers: []corev1.Container{{
+				Name:            "main",
+				Image:           testImage,
+				ImagePullPolicy: corev1.PullIfNotPresent,
+				Command:         command,
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptrTo(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+		},
+	}
+}
+
+func withVolume(pod *corev1.Pod, claim, path string) *corev1.Pod {
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim},
+	}})
+	c := &pod.Spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "data", MountPath: path})
+	return pod
+}
+
+func createPod(t *testing.T, ns string, pod *corev1.Pod) {
+	t.Helper()
+	if _, err := clientset.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating pod %s: %v", pod.Name, err)
+	}
+}
+
+// waitPodPhase waits for the pod to reach phase; a pod that ends in the other
+// terminal phase fails the test at once.
+func waitPodPhase(t *testing.T, ns, name string, phase corev1.PodPhase) {
+	t.Helper()
+	eventually(t, 2*time.Minute, "pod "+name+" "+string(phase), func(ctx context.Context) (bool, error) {
+		p, err := clientset.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if p.Status.Phase == corev1.PodFailed && phase != corev1.PodFailed {
+			t.Fatalf("pod %s failed: %s", name, podLogs(t, ns, name))
+		}
+		return p.Status.Phase == phase, nil
+	})
+}
+
+func waitPodReady(t *testing.T, ns, name string, timeout time.Duration) {
+	t.Helper()
+	eventually(t, timeout, "pod "+name+" Ready", func(ctx context.Context) (bool, error) {
+		p, err := clientset.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				return c.Status == corev1.ConditionTrue, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+func podLogs(t *testing.T, ns, name string) string {
+	t.Helper()
+	out, err := clientset.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(context.Background())
+	if err != nil {
+		t.Fatalf("reading logs of %s: %v", name, err)
+	}
+	return string(out)
+}
+
+func deletePod(t *testing.T, ns, name string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := clientset.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("deleting pod %s: %v", name, err)
+	}
+	eventually(t, 2*time.Minute, "pod "+name+" gone", func(ctx context.Context) (bool, error) {
+		_, err := clientset.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
