@@ -169,8 +169,12 @@ func (p *provisioner) provision(ctx context.Context, pvc *corev1.PersistentVolum
 	if err := os.MkdirAll(pv.Spec.Local.Path, 0o755); err != nil { // #nosec G301 -- see above
 		return fmt.Errorf("while creating %s: %w", pv.Spec.Local.Path, err)
 	}
+	// The informer may not have seen our last create yet: AlreadyExists is success.
 	_, err := p.client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return nil
+	case err != nil:
 		return fmt.Errorf("while creating volume %s: %w", pv.Name, err)
 	}
 	p.log.Info("Provisioned volume", "claim", pvc.Namespace+"/"+pvc.Name, "volume", pv.Name)
@@ -214,7 +218,10 @@ func (p *provisioner) remove(ctx context.Context, pv *corev1.PersistentVolume) e
 		return fmt.Errorf("while removing %s: %w", path, err)
 	}
 	err := p.client.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil // deleted by an earlier pass the informer had not seen yet
+	case err != nil:
 		return fmt.Errorf("while deleting volume %s: %w", pv.Name, err)
 	}
 	p.log.Info("Deleted volume", "volume", pv.Name)
