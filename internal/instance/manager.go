@@ -180,7 +180,10 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer close(stopReaper)
 	go m.reaper.Run(stopReaper)
 
-	server := m.startHTTP()
+	server, err := m.startHTTP()
+	if err != nil {
+		return err
+	}
 	defer shutdownHTTP(server, m.log)
 	defer close(m.stopped) // before the HTTP server stops: waiting handlers give up
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"time"
@@ -13,8 +14,9 @@ import (
 
 // startHTTP serves status, probes, metrics and the operator's commands.
 // Plain HTTP for now; TLS with client certificates comes with the cluster
-// lifecycle, and nothing here assumes plain HTTP.
-func (m *Manager) startHTTP() *http.Server {
+// lifecycle, and nothing here assumes plain HTTP. It fails at once when the
+// address cannot be bound: an instance nobody can see must not run.
+func (m *Manager) startHTTP() (*http.Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+instanceapi.PathStatus, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, m.Status(r.Context()))
@@ -48,21 +50,17 @@ func (m *Manager) startHTTP() *http.Server {
 		reply(w, res, err)
 	})
 	server := &http.Server{Addr: m.opts.HTTPAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	l, err := net.Listen("tcp", server.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("while listening for status requests: %w", err)
+	}
+	m.log.Info("Serving status", "address", l.Addr().String())
 	go func() {
-		if err := m.listenAndServe(server); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := server.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			m.setError(err)
 		}
 	}()
-	return server
-}
-
-func (m *Manager) listenAndServe(server *http.Server) error {
-	l, err := net.Listen("tcp", server.Addr)
-	if err != nil {
-		return err
-	}
-	m.log.Info("Serving status", "address", l.Addr().String())
-	return server.Serve(l)
+	return server, nil
 }
 
 // serveHealthz answers the liveness probe. It reflects the manager, not
