@@ -73,12 +73,19 @@ func queryPrimaryStatus(ctx context.Context, conn *pgx.Conn, st *instanceapi.Sta
 	}
 	st.Timeline = uint32(tli)
 	st.Ready = true
+	return queryStandbys(ctx, conn, st, "pg_current_wal_lsn()")
+}
+
+// queryStandbys lists the standbys streaming from this instance: a
+// primary's replicas, or a replica's cascading ones. Lag is measured from
+// position, this instance's own WAL position.
+func queryStandbys(ctx context.Context, conn *pgx.Conn, st *instanceapi.Status, position string) error {
 	rows, err := conn.Query(ctx, `SELECT application_name, state, coalesce(sync_state, ''),
 		coalesce(flush_lsn::text, ''), coalesce(replay_lsn::text, ''),
-		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn), 0)::bigint
+		greatest(coalesce(pg_wal_lsn_diff(`+position+`, replay_lsn), 0), 0)::bigint
 		FROM pg_stat_replication ORDER BY application_name`)
 	if err != nil {
-		return fmt.Errorf("while reading the connected replicas: %w", err)
+		return fmt.Errorf("while reading the connected standbys: %w", err)
 	}
 	st.Replicas, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (instanceapi.ReplicaConnection, error) {
 		var r instanceapi.ReplicaConnection
@@ -110,7 +117,7 @@ func queryReplicaStatus(ctx context.Context, conn *pgx.Conn, st *instanceapi.Sta
 	// A replica serves reads while it streams, or replays WAL it has (for
 	// example from the archive) even without a live connection.
 	st.Ready = streaming || st.ReplayedLSN != ""
-	return nil
+	return queryStandbys(ctx, conn, st, "pg_last_wal_replay_lsn()")
 }
 
 func querySettingsStatus(ctx context.Context, conn *pgx.Conn, st *instanceapi.Status) error {

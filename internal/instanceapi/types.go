@@ -78,7 +78,8 @@ type Status struct {
 	// ReplayLagSeconds is the age of the last replayed transaction while
 	// WAL is waiting to be replayed; 0 when caught up.
 	ReplayLagSeconds float64 `json:"replayLagSeconds,omitempty"`
-	// Replicas are the standbys connected to a primary.
+	// Replicas are the standbys streaming from this instance: a primary's
+	// replicas, or a replica's cascading ones.
 	Replicas []ReplicaConnection `json:"replicas,omitempty"`
 	// PendingRestart lists settings changed in the configuration that take
 	// effect only after a restart.

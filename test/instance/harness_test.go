@@ -328,35 +328,53 @@ func (n *node) waitReady(role instanceapi.Role) instanceapi.Status {
 	})
 }
 
-// connect opens a session over TCP, as a client would.
-func (n *node) connect(user, password, database string) *pgx.Conn {
-	n.t.Helper()
+// tryConnect opens a session over TCP, as a client would. The caller
+// closes it: sessions left open would pile up to max_connections while a
+// test polls, and hold up a smart shutdown.
+func (n *node) tryConnect(ctx context.Context, user, password, database string) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig("")
 	if err != nil {
-		n.t.Fatal(err)
+		return nil, err
 	}
 	cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = "127.0.0.1", uint16(n.port), user, password, database
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		n.t.Fatalf("connecting to %s as %s: %v", n.name, user, err)
+		return nil, fmt.Errorf("connecting to %s as %s: %w", n.name, user, err)
 	}
-	n.t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	return conn
+	return conn, nil
+}
+
+// withConn runs fn in a new session and closes it, failing the test when
+// the session cannot be opened.
+func (n *node) withConn(user, password, database string, fn func(*pgx.Conn) error) {
+	n.t.Helper()
+	conn, err := n.tryConnect(context.Background(), user, password, database)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	if err := fn(conn); err != nil {
+		n.t.Fatalf("%s: %v", n.name, err)
+	}
 }
 
 func (n *node) exec(sql string) {
 	n.t.Helper()
-	conn := n.connect("postgres", superuserPassword, "app")
-	if _, err := conn.Exec(context.Background(), sql); err != nil {
-		n.t.Fatalf("%s: %s: %v", n.name, sql, err)
-	}
+	n.withConn("postgres", superuserPassword, "app", func(conn *pgx.Conn) error {
+		_, err := conn.Exec(context.Background(), sql)
+		return err
+	})
 }
 
-// rows returns the sorted ids in table t as seen on n.
+// ids returns the sorted ids in table t as seen on n.
 func (n *node) ids(ctx context.Context) ([]int, error) {
-	conn := n.connect("postgres", superuserPassword, "app")
+	conn, err := n.tryConnect(ctx, "postgres", superuserPassword, "app")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
 	rows, err := conn.Query(ctx, "SELECT id FROM t ORDER BY id")
 	if err != nil {
 		return nil, err

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"tusk.dev/tusk/internal/instance"
 	"tusk.dev/tusk/internal/instanceapi"
 )
@@ -26,10 +28,10 @@ func TestReplicatedLifecycle(t *testing.T) {
 		t.Fatalf("new primary status %+v: want timeline 1, a system identifier, PostgreSQL 15", st)
 	}
 	// The app database exists and its owner logs in with its password.
-	app := primary.connect("app", appPassword, "app")
-	if _, err := app.Exec(context.Background(), "CREATE TABLE t (id int PRIMARY KEY)"); err != nil {
-		t.Fatalf("the app owner cannot create a table in its database: %v", err)
-	}
+	primary.withConn("app", appPassword, "app", func(conn *pgx.Conn) error {
+		_, err := conn.Exec(context.Background(), "CREATE TABLE t (id int PRIMARY KEY)")
+		return err
+	})
 	primary.exec("INSERT INTO t VALUES (1), (2)")
 
 	replica1 := startNode(t, "pg-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port})
@@ -67,7 +69,20 @@ func TestReplicatedLifecycle(t *testing.T) {
 	t.Run("reload and restart-pending parameters", func(t *testing.T) { testReconfigure(t, primary, replica1, replica2) })
 	t.Run("postgres killed is restarted", func(t *testing.T) { testCrashRecovery(t, replica2) })
 
-	// Fail over to pg-2; pg-3 follows it.
+	// pg-3 follows pg-2 (cascading) before pg-2 is promoted, so it can never
+	// have received WAL from pg-1 that pg-2 lacks: a replica ahead of the new
+	// primary on the old timeline could not follow it without a rewind.
+	replica2.command(http.MethodPost, instanceapi.PathFollow, instanceapi.FollowRequest{Upstream: instanceapi.Upstream{Host: "127.0.0.1", Port: replica1.port}}, nil)
+	replica1.waitFor("pg-3 streaming from pg-2", func(st instanceapi.Status) error {
+		if len(st.Replicas) != 1 || st.Replicas[0].Name != "pg-3" || st.Replicas[0].State != "streaming" {
+			return fmt.Errorf("replicas of pg-2: %+v", st.Replicas)
+		}
+		return nil
+	})
+	primary.exec("INSERT INTO t VALUES (4)")
+	replica2.waitIDs(1, 2, 3, 4)
+
+	// Promote pg-2; pg-3 follows it onto the new timeline.
 	var promoted instance.PromoteResult
 	replica1.command(http.MethodPost, instanceapi.PathPromote, nil, &promoted)
 	if promoted.Timeline != 2 {
@@ -76,9 +91,8 @@ func TestReplicatedLifecycle(t *testing.T) {
 	t.Logf("promotion to first committed write took %s", promoted.Duration)
 	newPrimary := replica1
 	newPrimary.waitReady(instanceapi.RolePrimary)
-	newPrimary.exec("INSERT INTO t VALUES (4)")
-	replica2.command(http.MethodPost, instanceapi.PathFollow, instanceapi.FollowRequest{Upstream: instanceapi.Upstream{Host: "127.0.0.1", Port: newPrimary.port}}, nil)
-	replica2.waitIDs(1, 2, 3, 4)
+	newPrimary.exec("INSERT INTO t VALUES (5)")
+	replica2.waitIDs(1, 2, 3, 4, 5)
 
 	// The old primary, still running, writes WAL the new primary never saw:
 	// it must be rewound, not merely pointed elsewhere.
@@ -88,8 +102,8 @@ func TestReplicatedLifecycle(t *testing.T) {
 	if rejoined.Timeline != 2 {
 		t.Errorf("rejoined former primary is on timeline %d, want 2", rejoined.Timeline)
 	}
-	newPrimary.exec("INSERT INTO t VALUES (5)")
-	primary.waitIDs(1, 2, 3, 4, 5) // row 100 is gone: rewound away
+	newPrimary.exec("INSERT INTO t VALUES (6)")
+	primary.waitIDs(1, 2, 3, 4, 5, 6) // row 100 is gone: rewound away
 	if logs := primary.logs(); !strings.Contains(logs, `"logger":"pg_rewind"`) || strings.Contains(logs, "copying the primary afresh") {
 		t.Errorf("the former primary did not rejoin through pg_rewind:\n%s", logs)
 	}
@@ -143,10 +157,9 @@ func testReconfigure(t *testing.T, primary *node, replicas ...*node) {
 func assertSetting(t *testing.T, n *node, name, want string) {
 	t.Helper()
 	var got string
-	conn := n.connect("postgres", superuserPassword, "postgres")
-	if err := conn.QueryRow(context.Background(), "SELECT current_setting($1)", name).Scan(&got); err != nil {
-		t.Fatal(err)
-	}
+	n.withConn("postgres", superuserPassword, "postgres", func(conn *pgx.Conn) error {
+		return conn.QueryRow(context.Background(), "SELECT current_setting($1)", name).Scan(&got)
+	})
 	if got != want {
 		t.Fatalf("%s = %s on %s, want %s", name, got, n.name, want)
 	}
