@@ -156,7 +156,8 @@ func (p *provisioner) wants(pvc *corev1.PersistentVolumeClaim) bool {
 
 func (p *provisioner) released(pv *corev1.PersistentVolume) bool {
 	return pv.Annotations[annProvisionedBy] == p.name && pv.Status.Phase == corev1.VolumeReleased &&
-		pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete
+		pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete &&
+		pv.DeletionTimestamp == nil // deleted already, waiting for its finalizer
 }
 
 func (p *provisioner) provision(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
