@@ -137,7 +137,7 @@ func newBootstrapCopyCommand() *cobra.Command {
 			return copySelf(dest)
 		},
 	}
-	cmd.Flags().StringVar(&dest, "dest", "/tusk/bin/tusk", "where to put the binary")
+	cmd.Flags().StringVar(&dest, "dest", "/tusk-bin/tusk", "where to put the binary")
 	return cmd
 }
 

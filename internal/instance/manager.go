@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -197,6 +198,12 @@ func (m *Manager) Run(ctx context.Context) error {
 // prepare makes the data directory exist and match the role asked for.
 func (m *Manager) prepare(ctx context.Context) error {
 	m.setPhase(instanceapi.PhaseBootstrapping)
+	// In a pod these live on emptyDir volumes that start empty.
+	for _, dir := range []string{m.opts.RunDir, m.opts.SocketDir} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("while creating %s: %w", dir, err)
+		}
+	}
 	fresh, err := m.bootstrap(ctx)
 	if err != nil {
 		return err

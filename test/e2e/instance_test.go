@@ -26,7 +26,7 @@ const (
 // emptyDir, and the stock PostgreSQL image runs it as PID 1, with a
 // read-only root filesystem under the restricted standard.
 func instancePod(name string, role instanceapi.Role, upstream string) *corev1.Pod {
-	pod := withVolume(restrictedPod(name, "/tusk/bin/tusk", "instance", "run",
+	pod := withVolume(restrictedPod(name, "/tusk-bin/tusk", "instance", "run",
 		"--name", name, "--cluster", "e2e", "--role", string(role), "--upstream-host", upstream,
 		"--pgdata", "/var/lib/postgresql/data/pgdata",
 		"--superuser-password-file", secretsDir+"/superuser",
@@ -36,9 +36,9 @@ func instancePod(name string, role instanceapi.Role, upstream string) *corev1.Po
 	secure.ReadOnlyRootFilesystem = ptrTo(true)
 	pod.Spec.InitContainers = []corev1.Container{{
 		Name: "bootstrap-copy", Image: operatorImage, ImagePullPolicy: corev1.PullIfNotPresent,
-		Args:            []string{"instance", "bootstrap-copy", "--dest", "/tusk/bin/tusk"},
+		Args:            []string{"instance", "bootstrap-copy", "--dest", "/tusk-bin/tusk"},
 		SecurityContext: secure.DeepCopy(),
-		VolumeMounts:    []corev1.VolumeMount{{Name: "tusk-bin", MountPath: "/tusk/bin"}},
+		VolumeMounts:    []corev1.VolumeMount{{Name: "tusk-bin", MountPath: "/tusk-bin"}},
 	}}
 	pod.Spec.Volumes = append(pod.Spec.Volumes,
 		corev1.Volume{Name: "tusk-bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
@@ -47,7 +47,7 @@ func instancePod(name string, role instanceapi.Role, upstream string) *corev1.Po
 			SecretName: "e2e-passwords", DefaultMode: ptrTo[int32](0o440)}}})
 	c := &pod.Spec.Containers[0]
 	c.VolumeMounts = append(c.VolumeMounts,
-		corev1.VolumeMount{Name: "tusk-bin", MountPath: "/tusk/bin", ReadOnly: true},
+		corev1.VolumeMount{Name: "tusk-bin", MountPath: "/tusk-bin", ReadOnly: true},
 		corev1.VolumeMount{Name: "run", MountPath: "/run/tusk"},
 		corev1.VolumeMount{Name: "secrets", MountPath: secretsDir, ReadOnly: true})
 	c.Ports = []corev1.ContainerPort{{Name: "postgres", ContainerPort: 5432}, {Name: "status", ContainerPort: instanceapi.DefaultStatusPort}}
