@@ -116,7 +116,6 @@ type state struct {
 	config    instanceapi.Config
 	restarts  int
 	lastError string
-	stopped   bool // postgres is down on purpose (a role change under way)
 }
 
 // operation is work that must not overlap with supervision: role changes,
@@ -237,6 +236,7 @@ func (m *Manager) supervise(ctx context.Context) error {
 				restartAt, backoff = m.scheduleRestart(backoff)
 			}
 		case op := <-m.ops:
+			m.log.Info("Running an operation", "operation", op.name)
 			value, err := op.fn(ctx)
 			op.result <- operationResult{value, err}
 			if err == nil {

@@ -28,7 +28,6 @@ func (m *Manager) startPostgres(ctx context.Context) error {
 	m.mu.Lock()
 	m.postgres = pm
 	m.state.phase = instanceapi.PhaseStarting
-	m.state.stopped = false
 	m.mu.Unlock()
 	m.log.Info("Started postgres", "pid", pm.Pid(), "role", st.role)
 	go m.markRunningWhenAccepting(ctx, pm)
@@ -58,13 +57,12 @@ func (m *Manager) waitRunning(ctx context.Context) error {
 	return m.waitUntilAccepting(ctx, pm.Done())
 }
 
-// stopPostgres stops postgres starting with mode, and marks it stopped on
-// purpose so the run loop does not restart it.
+// stopPostgres stops postgres starting with mode. It forgets the postmaster
+// first, so the run loop does not take the exit for a crash.
 func (m *Manager) stopPostgres(mode supervisor.ShutdownMode) error {
 	m.mu.Lock()
 	pm := m.postgres
 	m.postgres = nil
-	m.state.stopped = true
 	m.mu.Unlock()
 	if pm == nil {
 		return nil

@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"tusk.dev/tusk/internal/scheme"
+	"tusk.dev/tusk/internal/testenv"
 )
 
 var (
@@ -80,29 +81,22 @@ func setup() error {
 
 func ptrTo[T any](v T) *T { return &v }
 
-// eventually polls cond every 250ms until it returns true or the timeout
-// passes, then fails the test with what was awaited and the last error.
+// eventually waits until cond reports true, failing the test with what
+// was awaited and the last error when timeout passes (testenv.Eventually
+// does the polling).
 func eventually(t *testing.T, timeout time.Duration, what string, cond func(context.Context) (bool, error)) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	var lastErr error
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	testenv.Eventually(t, timeout, func(ctx context.Context) error {
 		ok, err := cond(ctx)
-		if ok {
-			return
+		switch {
+		case ok:
+			return nil
+		case err != nil:
+			return fmt.Errorf("waiting for %s: %w", what, err)
+		default:
+			return fmt.Errorf("waiting for %s", what)
 		}
-		if err != nil {
-			lastErr = err
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, lastErr)
-		case <-tick.C:
-		}
-	}
+	})
 }
 
 var unsafeChars = regexp.MustCompile(`[^a-z0-9-]+`)
