@@ -32,6 +32,7 @@ func newInstanceCommand() *cobra.Command {
 type instanceFlags struct {
 	opts       instance.Options
 	role       string
+	roleFile   string
 	binDir     string
 	configFile string
 }
@@ -67,6 +68,7 @@ func newInstanceRunCommand() *cobra.Command {
 	fl.StringVar(&o.RunDir, "run-dir", "/run/tusk", "private directory for the passfile")
 	fl.StringVar(&o.HTTPAddr, "http-addr", fmt.Sprintf(":%d", instanceapi.DefaultStatusPort), "address of /status, probes, metrics and commands")
 	fl.StringVar(&f.role, "role", "primary", "role asked for at start: primary or replica")
+	fl.StringVar(&f.roleFile, "role-file", "", "downward API file of the pod's labels; its "+instanceapi.LabelRole+" label overrides --role")
 	fl.StringVar(&o.Upstream.Host, "upstream-host", "", "primary a replica copies and streams from")
 	fl.IntVar(&o.Upstream.Port, "upstream-port", 5432, "port of the upstream")
 	fl.StringVar(&o.InitDB.Database, "database", "app", "application database a new cluster creates")
@@ -82,6 +84,15 @@ func newInstanceRunCommand() *cobra.Command {
 
 func (f *instanceFlags) complete() error {
 	f.opts.Role = instanceapi.Role(f.role)
+	if f.roleFile != "" {
+		role, found, err := instance.RoleFromLabels(f.roleFile)
+		if err != nil {
+			return err
+		}
+		if found {
+			f.opts.Role = role
+		}
+	}
 	dir, err := pgbin.Finder{Dir: f.binDir}.Find()
 	if err != nil {
 		return err

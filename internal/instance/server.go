@@ -37,6 +37,7 @@ func (m *Manager) startHTTP() (*http.Server, error) {
 	})
 	mux.HandleFunc("POST "+instanceapi.PathDemote, m.withUpstream(m.Demote))
 	mux.HandleFunc("POST "+instanceapi.PathFollow, m.withUpstream(m.Follow))
+	mux.HandleFunc("POST "+instanceapi.PathStepDown, withUpstreamResult(m.StepDown))
 	mux.HandleFunc("POST "+instanceapi.PathRestart, func(w http.ResponseWriter, r *http.Request) {
 		reply(w, map[string]string{"result": "restarted"}, m.Restart(r.Context()))
 	})
@@ -72,13 +73,21 @@ func (m *Manager) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (m *Manager) withUpstream(fn func(context.Context, instanceapi.Upstream) error) http.HandlerFunc {
+	return withUpstreamResult(func(ctx context.Context, up instanceapi.Upstream) (map[string]string, error) {
+		return map[string]string{"result": "ok"}, fn(ctx, up)
+	})
+}
+
+// withUpstreamResult decodes a FollowRequest and replies with fn's result.
+func withUpstreamResult[T any](fn func(context.Context, instanceapi.Upstream) (T, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var req instanceapi.FollowRequest
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Upstream.Host == "" || req.Upstream.Port == 0 {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "the request needs upstream.host and upstream.port"})
 			return
 		}
-		reply(w, map[string]string{"result": "ok"}, fn(r.Context(), req.Upstream))
+		res, err := fn(r.Context(), req.Upstream)
+		reply(w, res, err)
 	}
 }
 

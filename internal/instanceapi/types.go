@@ -12,13 +12,20 @@ const (
 	PathMetrics = "/metrics"
 	PathPromote = "/v1/promote"
 	PathDemote  = "/v1/demote"
-	PathFollow  = "/v1/follow"
-	PathRestart = "/v1/restart"
-	PathConfig  = "/v1/config"
+	// PathStepDown is the first half of a switchover; see StepDownResult.
+	PathStepDown = "/v1/step-down"
+	PathFollow   = "/v1/follow"
+	PathRestart  = "/v1/restart"
+	PathConfig   = "/v1/config"
 )
 
 // DefaultStatusPort is where the instance manager serves HTTP in a pod.
 const DefaultStatusPort = 8000
+
+// LabelRole is the pod label holding the role the operator wants for the
+// instance; the -rw Service selects the primary by it, and the instance
+// manager reads it at start through the downward API (--role-file).
+const LabelRole = "tusk.dev/role"
 
 // Role is the replication role of an instance.
 type Role string
@@ -127,6 +134,17 @@ type Upstream struct {
 // /v1/follow), or a former primary to rejoin as a replica (POST /v1/demote).
 type FollowRequest struct {
 	Upstream Upstream `json:"upstream"`
+}
+
+// StepDownResult is the answer to POST /v1/step-down (body: a
+// FollowRequest): the primary shut down cleanly, which made its connected
+// standbys flush every WAL record, and started again as a replica of the
+// upstream. The standby to promote must have received WAL up to
+// ShutdownCheckpointLSN.
+type StepDownResult struct {
+	// ShutdownCheckpointLSN is the location of the shutdown checkpoint,
+	// the last record the former primary wrote.
+	ShutdownCheckpointLSN string `json:"shutdownCheckpointLSN"`
 }
 
 // Config is the PostgreSQL configuration the operator wants (PUT

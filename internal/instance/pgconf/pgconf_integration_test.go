@@ -3,6 +3,8 @@
 package pgconf
 
 import (
+	"tusk.dev/tusk/internal/postgres"
+
 	"fmt"
 	"os"
 	"path/filepath"
@@ -73,7 +75,7 @@ func serverConfigFor(s *pgServer, port int, pki testPKI, clusterName string) Ser
 			PassFile: passfile, SSLMode: "verify-full", SSLRootCert: pki.CA,
 		}),
 		PrimarySlotName:         "orders_2",
-		SynchronousStandbyNames: SynchronousStandbyNames(2, []string{"orders-3", `we"ird`}),
+		SynchronousStandbyNames: postgres.SynchronousStandbyNames(2, []string{"orders-3", `we"ird`}),
 		ArchiveCommand:          `test ! -f '/nonexistent/%f' && echo "a\b" > /dev/null`,
 		RestoreCommand:          `cp '/nonexistent/%f' "%p"`,
 		TLS:                     &TLSFiles{CertFile: pki.ServerCert, KeyFile: pki.ServerKey, CAFile: pki.CA},

@@ -1,6 +1,8 @@
 package pgconf
 
 import (
+	"tusk.dev/tusk/internal/postgres"
+
 	"maps"
 	"regexp"
 	"slices"
@@ -41,7 +43,7 @@ func TestPostgresqlConfGolden(t *testing.T) {
 		"wal_level":                "logical",
 		"port":                     "6543",
 	}
-	primary.SynchronousStandbyNames = SynchronousStandbyNames(1, []string{"orders-3", "orders-2"})
+	primary.SynchronousStandbyNames = postgres.SynchronousStandbyNames(1, []string{"orders-3", "orders-2"})
 
 	replica := base(15)
 	replica.ClusterName = "orders-2"

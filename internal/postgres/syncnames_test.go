@@ -1,4 +1,4 @@
-package pgconf
+package postgres
 
 import "testing"
 
