@@ -3,8 +3,6 @@
 package pgconf
 
 import (
-	"tusk.dev/tusk/internal/postgres"
-
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +13,8 @@ import (
 	"time"
 
 	"tusk.dev/tusk/internal/testenv"
+
+	"tusk.dev/tusk/internal/postgres"
 )
 
 // TestRenderedConfigurationRunsOnPostgreSQL writes rendered files into a

@@ -1,13 +1,13 @@
 package pgconf
 
 import (
-	"tusk.dev/tusk/internal/postgres"
-
 	"maps"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"tusk.dev/tusk/internal/postgres"
 )
 
 // base is a valid primary configuration the tests vary.
