@@ -74,6 +74,27 @@ type PostgresClusterSpec struct {
 	// PriorityClassName is the priority class of the PostgreSQL pods.
 	// +optional
 	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// SuperuserSecret names an existing Secret whose `password` key is the
+	// postgres superuser's password. Tusk generates a strong one in the
+	// Secret <cluster>-superuser when unset. Changing the password in the
+	// Secret changes it in PostgreSQL.
+	// +optional
+	SuperuserSecret *corev1.LocalObjectReference `json:"superuserSecret,omitempty"`
+
+	// TLS configures the certificates of the PostgreSQL servers. TLS is
+	// always on; by default Tusk creates a CA per cluster.
+	// +optional
+	TLS *TLSSpec `json:"tls,omitempty"`
+}
+
+// TLSSpec configures the cluster's certificate authority.
+type TLSSpec struct {
+	// CASecret names an existing Secret with keys ca.crt and ca.key (PEM):
+	// the CA Tusk issues the server and replication certificates from,
+	// instead of a CA of its own. Clients then trust your CA.
+	// +optional
+	CASecret *corev1.LocalObjectReference `json:"caSecret,omitempty"`
 }
 
 // StorageSpec describes the persistent volume of each instance.
@@ -88,7 +109,28 @@ type StorageSpec struct {
 	// default storage class when unset. Existing volumes keep their class.
 	// +optional
 	StorageClassName *string `json:"storageClassName,omitempty"`
+
+	// ReclaimPolicy says what happens to the volumes when the cluster is
+	// deleted: Retain keeps them (a new cluster of the same name picks
+	// them up again), Delete deletes them with the cluster. Volumes of
+	// replicas removed by scaling down are always deleted: a replica's
+	// data is a copy of the primary's.
+	// +kubebuilder:default=Retain
+	// +optional
+	ReclaimPolicy ReclaimPolicy `json:"reclaimPolicy,omitempty"`
 }
+
+// ReclaimPolicy says whether a deleted cluster's volumes are kept.
+// +kubebuilder:validation:Enum=Retain;Delete
+type ReclaimPolicy string
+
+// The reclaim policies.
+const (
+	// ReclaimRetain keeps the volumes of a deleted cluster.
+	ReclaimRetain ReclaimPolicy = "Retain"
+	// ReclaimDelete deletes the volumes with the cluster.
+	ReclaimDelete ReclaimPolicy = "Delete"
+)
 
 // PostgreSQLSpec configures the PostgreSQL servers.
 type PostgreSQLSpec struct {
@@ -369,6 +411,11 @@ type PostgresClusterStatus struct {
 	// +optional
 	Selector string `json:"selector,omitempty"`
 
+	// LastInstanceSerial is the serial number of the newest instance;
+	// instance names (<cluster>-<serial>) are never reused.
+	// +optional
+	LastInstanceSerial int32 `json:"lastInstanceSerial,omitempty"`
+
 	// Instances is the last report of each instance.
 	// +listType=map
 	// +listMapKey=name
@@ -381,12 +428,15 @@ type ClusterPhase string
 
 // The phases of a cluster.
 const (
-	ClusterPhasePending     ClusterPhase = "Pending"
-	ClusterPhaseCreating    ClusterPhase = "Creating"
-	ClusterPhaseHealthy     ClusterPhase = "Healthy"
-	ClusterPhaseDegraded    ClusterPhase = "Degraded"
-	ClusterPhaseFailingOver ClusterPhase = "FailingOver"
-	ClusterPhaseFailed      ClusterPhase = "Failed"
+	ClusterPhasePending       ClusterPhase = "Pending"
+	ClusterPhaseCreating      ClusterPhase = "Creating"
+	ClusterPhaseHealthy       ClusterPhase = "Healthy"
+	ClusterPhaseDegraded      ClusterPhase = "Degraded"
+	ClusterPhaseScaling       ClusterPhase = "Scaling"
+	ClusterPhaseUpdating      ClusterPhase = "Updating"
+	ClusterPhaseSwitchingOver ClusterPhase = "SwitchingOver"
+	ClusterPhaseFailingOver   ClusterPhase = "FailingOver"
+	ClusterPhaseFailed        ClusterPhase = "Failed"
 )
 
 // InstanceRole is the replication role of an instance.
@@ -426,6 +476,16 @@ type InstanceStatus struct {
 	// Timeline is the instance's PostgreSQL timeline.
 	// +optional
 	Timeline int32 `json:"timeline,omitempty"`
+
+	// Phase is where the instance manager is: Bootstrapping, Starting,
+	// Running, Rejoining, Stopped or Crashed; Unreachable when it did not
+	// answer; Pending before its pod runs.
+	// +optional
+	Phase string `json:"phase,omitempty"`
+
+	// Message says what is wrong with the instance, when something is.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // PostgresCluster is a PostgreSQL primary with its streaming replicas,

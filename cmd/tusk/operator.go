@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	goflag "flag"
+	"os"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -23,6 +25,9 @@ func newOperatorCommand() *cobra.Command {
 			logger := newLogger()
 			ctrl.SetLogger(logger)
 			logger.Info("Starting tusk", "version", version.Get().Version, "commit", version.Get().Commit)
+			if opts.Controllers.InstanceManagerImage == "" {
+				return errors.New("--instance-manager-image (or TUSK_INSTANCE_MANAGER_IMAGE) is required: the PostgreSQL pods copy the tusk binary from it")
+			}
 			cfg, err := ctrl.GetConfig()
 			if err != nil {
 				return err
@@ -38,6 +43,8 @@ func newOperatorCommand() *cobra.Command {
 	f.BoolVar(&opts.LeaderElect, "leader-elect", true, "elect a leader so only one operator replica reconciles")
 	f.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (the pod's own when empty)")
 	f.DurationVar(&opts.GracefulShutdownTimeout, "graceful-shutdown-timeout", 30*time.Second, "how long running reconciles may take to finish on shutdown")
+	f.StringVar(&opts.Controllers.InstanceManagerImage, "instance-manager-image", os.Getenv("TUSK_INSTANCE_MANAGER_IMAGE"),
+		"image with the tusk binary for the PostgreSQL pods' init container (the operator's own image)")
 	newLogger = logFlags(f)
 	// controller-runtime registers --kubeconfig on the standard flag set.
 	if kubeconfig := goflag.CommandLine.Lookup("kubeconfig"); kubeconfig != nil {

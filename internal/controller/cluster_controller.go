@@ -2,57 +2,209 @@ package controller
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 )
 
+// Requeue intervals: instance managers report over HTTP, not through the
+// API, so Tusk polls them; faster while something is changing.
+const (
+	pollSettled  = 30 * time.Second
+	pollChanging = 2 * time.Second
+	pollSpecErr  = time.Minute
+)
+
+// Config is what the operator's reconcilers need from their deployment.
+type Config struct {
+	// InstanceManagerImage is the image with the tusk binary that the
+	// PostgreSQL pods' init container copies (the operator's own image).
+	InstanceManagerImage string
+}
+
 // ClusterReconciler drives PostgresClusters towards their spec.
 type ClusterReconciler struct {
 	client.Client
+	Config   Config
+	Recorder events.EventRecorder
+	clients  instanceClients
 }
 
-// +kubebuilder:rbac:groups=tusk.dev,resources=postgresclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=tusk.dev,resources=postgresclusters,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=tusk.dev,resources=postgresclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=tusk.dev,resources=postgresclusters/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch;delete;deletecollection
+// +kubebuilder:rbac:groups="",resources=services;configmaps;secrets,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile observes one PostgresCluster and writes what it saw to status.
-// Later phases (create, scale, fail over, ...) slot in before the status
-// write, which happens once, at the end, and only when something changed.
+// Reconcile moves one PostgresCluster a step towards its spec: get →
+// deletion → finalizer → phases → one status write.
 func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	cluster := &tuskv1alpha1.PostgresCluster{}
-	if err := r.Get(ctx, req.NamespacedName, cluster); err != nil {
+	c := &tuskv1alpha1.PostgresCluster{}
+	if err := r.Get(ctx, req.NamespacedName, c); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			r.clients.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	original := cluster.DeepCopy()
-	setClusterStatus(cluster)
-	return ctrl.Result{}, patchStatusIfChanged(ctx, r.Client, original, cluster, original.Status, cluster.Status)
+	if !c.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, c)
+	}
+	if !controllerutil.ContainsFinalizer(c, FinalizerCleanup) {
+		patch := client.MergeFrom(c.DeepCopy())
+		controllerutil.AddFinalizer(c, FinalizerCleanup)
+		if err := r.Patch(ctx, c, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("while adding the finalizer: %w", err)
+		}
+	}
+	original := c.DeepCopy()
+	result, err := r.reconcilePhases(ctx, c)
+	if se, ok := asSpecError(err); ok {
+		r.reportSpecError(c, se)
+		result, err = ctrl.Result{RequeueAfter: pollSpecErr}, nil
+	}
+	if perr := patchStatusIfChanged(ctx, r.Client, original, c, original.Status, c.Status); perr != nil {
+		return ctrl.Result{}, errors.Join(err, perr)
+	}
+	return result, err
 }
 
-// setClusterStatus records what this build knows: the spec generation it has
-// seen, and that readiness is unknown because instances are not created yet.
-func setClusterStatus(cluster *tuskv1alpha1.PostgresCluster) {
-	cluster.Status.ObservedGeneration = cluster.Generation
-	cluster.Status.Phase = tuskv1alpha1.ClusterPhasePending
-	cluster.Status.Selector = metav1.FormatLabelSelector(&metav1.LabelSelector{
-		MatchLabels: map[string]string{LabelCluster: cluster.Name},
-	})
-	meta.SetStatusCondition(&cluster.Status.Conditions, metav1.Condition{
-		Type:               ConditionReady,
-		Status:             metav1.ConditionUnknown,
-		Reason:             ReasonLifecycleNotImplemented,
-		Message:            "This Tusk build validates and records PostgresClusters but does not create PostgreSQL instances yet",
-		ObservedGeneration: cluster.Generation,
-	})
+// reconcilePhases runs the ordered phases and records progress in status.
+func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (ctrl.Result, error) {
+	if c.Spec.Bootstrap != nil && c.Spec.Bootstrap.InitDB == nil {
+		return ctrl.Result{}, userError(ReasonBootstrapNotImplemented, "this Tusk build bootstraps clusters with initdb only; recovery and clone are not implemented yet")
+	}
+	tls, err := r.reconcileTLS(ctx, c)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.reconcileCredentials(ctx, c, tls.ca.CertPEM); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.reconcileServices(ctx, c); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.reconcilePDBs(ctx, c); err != nil {
+		return ctrl.Result{}, err
+	}
+	ic, err := r.clients.get(client.ObjectKeyFromObject(c), tls.caSecret, instanceServerName(c))
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	v, err := r.observe(ctx, c, ic)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	p, err := r.reconcileMembers(ctx, c, v, ic)
+	setStatus(c, v, p)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if p.creating || p.scaling || p.switching || p.rollout.pending || v.readyCount() < len(v.members) {
+		return ctrl.Result{RequeueAfter: pollChanging}, nil
+	}
+	return ctrl.Result{RequeueAfter: pollSettled}, nil
 }
 
-// SetupWithManager registers the reconciler with mgr.
+// reconcileMembers creates, heals, scales, configures and updates the
+// instances, one kind of step per reconcile.
+func (r *ClusterReconciler) reconcileMembers(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, ic *instanceClient) (progress, error) {
+	var p progress
+	changed, err := r.reconcileInstances(ctx, c, v)
+	p.scaling = changed
+	if primary := v.member(c.Status.CurrentPrimary); primary == nil || !primary.ready() {
+		// Creating until the first primary has served once.
+		switch c.Status.Phase {
+		case "", tuskv1alpha1.ClusterPhasePending, tuskv1alpha1.ClusterPhaseCreating:
+			p.creating = true
+		}
+	}
+	if err != nil || changed {
+		return p, err
+	}
+	if err := r.reconcileRoleLabels(ctx, c, v); err != nil {
+		return p, err
+	}
+	if p.switching, err = r.reconcileSwitchover(ctx, c, v, ic); err != nil || p.switching {
+		return p, err
+	}
+	if err := r.reconcileRoleLabels(ctx, c, v); err != nil {
+		return p, err
+	}
+	if err := r.reconcileConfig(ctx, c, v, ic); err != nil {
+		return p, err
+	}
+	cfg := desiredConfig(c, v)
+	p.syncDegrade = c.Spec.PostgreSQL.Synchronous.Mode == tuskv1alpha1.SynchronousQuorum && len(v.members) > 1 &&
+		streamingStandbys(v.member(c.Status.CurrentPrimary)) < int(c.Spec.PostgreSQL.Synchronous.Number) && cfg.SynchronousStandbyNames == ""
+	p.rollout, err = r.reconcileRollout(ctx, c, v, ic)
+	return p, err
+}
+
+// persistStatus writes status now: decisions that must survive an operator
+// restart (a new instance's serial, the target primary) are recorded
+// before they are acted on.
+func (r *ClusterReconciler) persistStatus(ctx context.Context, c *tuskv1alpha1.PostgresCluster) error {
+	if err := r.Status().Update(ctx, c); err != nil {
+		return fmt.Errorf("while recording the cluster's status: %w", err)
+	}
+	return nil
+}
+
+func (r *ClusterReconciler) reportSpecError(c *tuskv1alpha1.PostgresCluster, se *specError) {
+	c.Status.ObservedGeneration = c.Generation
+	c.Status.Phase = tuskv1alpha1.ClusterPhaseFailed
+	setCondition(c, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: se.reason, Message: se.message})
+	r.event(c, corev1.EventTypeWarning, se.reason, "Reconcile", "%s", se.message)
+}
+
+// event records an Event about obj for users (kubectl describe).
+func (r *ClusterReconciler) event(obj runtime.Object, eventType, reason, action, note string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(obj, nil, eventType, reason, action, note, args...)
+	}
+}
+
+func ctrlLog(ctx context.Context) logr.Logger { return ctrl.LoggerFrom(ctx) }
+
+func ctrlSetOwner(owner, obj client.Object, s *runtime.Scheme) error {
+	return controllerutil.SetControllerReference(owner, obj, s)
+}
+
+// SetupWithManager registers the reconciler with mgr. Volumes have no
+// owner (they may outlive the cluster), so they are mapped by label.
 func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	byLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		name := o.GetLabels()[LabelCluster]
+		if name == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
+	})
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tuskv1alpha1.PostgresCluster{}).
+		Owns(&corev1.Pod{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.Secret{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		Watches(&corev1.PersistentVolumeClaim{}, byLabel).
 		Named("postgrescluster").
 		Complete(r)
 }

@@ -1,17 +1,56 @@
 package controller
 
-// Condition types shared by Tusk's kinds.
+import (
+	"errors"
+	"fmt"
+)
+
+// Condition types of a PostgresCluster. Ready is derived from the others.
 const (
 	// ConditionReady is true when the object does what its spec asks.
 	ConditionReady = "Ready"
+	// ConditionProgressing is true while Tusk is changing the cluster:
+	// creating, scaling, rolling out, switching over.
+	ConditionProgressing = "Progressing"
+	// ConditionDegraded is true while part of the cluster is not working.
+	ConditionDegraded = "Degraded"
 )
 
 // Reasons of the conditions Tusk sets.
 const (
-	// ReasonLifecycleNotImplemented: this build records clusters but does
-	// not create instances yet, so readiness cannot be known.
-	ReasonLifecycleNotImplemented = "LifecycleNotImplemented"
-	// ReasonBackupNotImplemented: this build records backups but does not
-	// take them yet.
-	ReasonBackupNotImplemented = "BackupNotImplemented"
+	ReasonBackupNotImplemented    = "BackupNotImplemented"
+	ReasonBootstrapNotImplemented = "BootstrapNotImplemented"
+	ReasonSecretInvalid           = "SecretInvalid"
+	ReasonCASecretInvalid         = "CASecretInvalid"
+	ReasonClusterReady            = "ClusterReady"
+	ReasonCreating                = "Creating"
+	ReasonPrimaryNotReady         = "PrimaryNotReady"
+	ReasonInstancesNotReady       = "InstancesNotReady"
+	ReasonScaling                 = "Scaling"
+	ReasonRollingOut              = "RollingOut"
+	ReasonRolloutHalted           = "RolloutHalted"
+	ReasonSwitchingOver           = "SwitchingOver"
+	ReasonUpToDate                = "UpToDate"
+	ReasonAllInstancesReady       = "AllInstancesReady"
+	ReasonSynchronousDegraded     = "SynchronousDegraded"
+	ReasonInvalidSpec             = "InvalidSpec"
 )
+
+// specError is a problem only the user can fix (a missing Secret, an
+// unsupported bootstrap method): reported in conditions and Events, not
+// retried fast.
+type specError struct {
+	reason, message string
+}
+
+func (e *specError) Error() string { return e.message }
+
+func userError(reason, format string, args ...any) error {
+	return &specError{reason: reason, message: fmt.Sprintf(format, args...)}
+}
+
+func asSpecError(err error) (*specError, bool) {
+	var se *specError
+	ok := errors.As(err, &se)
+	return se, ok
+}

@@ -8,8 +8,9 @@ import (
 )
 
 // SetupWithManager registers every Tusk reconciler with mgr.
-func SetupWithManager(mgr ctrl.Manager) error {
-	if err := (&ClusterReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
+	clusters := &ClusterReconciler{Client: mgr.GetClient(), Config: cfg, Recorder: mgr.GetEventRecorder("tusk")}
+	if err := clusters.SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return (&BackupReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)

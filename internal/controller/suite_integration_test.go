@@ -42,7 +42,7 @@ func runSuite(m *testing.M) int {
 		Metrics: metricsserver.Options{BindAddress: "0"},
 	})
 	if err == nil {
-		err = SetupWithManager(mgr)
+		err = SetupWithManager(mgr, testConfig)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -37,6 +37,8 @@ type Options struct {
 	// GracefulShutdownTimeout bounds how long running reconciles may take to
 	// finish after SIGTERM.
 	GracefulShutdownTimeout time.Duration
+	// Controllers configure the reconcilers.
+	Controllers controller.Config
 }
 
 // Run starts the controller manager and blocks until ctx is cancelled, then
@@ -47,7 +49,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	if err := controller.SetupWithManager(mgr); err != nil {
+	if err := controller.SetupWithManager(mgr, opts.Controllers); err != nil {
 		return fmt.Errorf("while registering controllers: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

@@ -14,6 +14,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"tusk.dev/tusk/internal/controller"
 	"tusk.dev/tusk/internal/testenv"
 )
 
@@ -76,6 +77,7 @@ func TestOperatorLifecycle(t *testing.T) {
 			MetricsAddr: metricsAddr, SecureMetrics: true, ProbeAddr: probeAddr,
 			LeaderElect: true, LeaderElectionNamespace: "default",
 			GracefulShutdownTimeout: 10 * time.Second,
+			Controllers:             controller.Config{InstanceManagerImage: "tusk/operator:test"},
 		})
 	}()
 	defer cancel()

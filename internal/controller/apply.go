@@ -1,0 +1,69 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+)
+
+// applyOwned creates obj, owned by owner, or updates the existing object
+// when what Tusk builds changed. The comparison is by a hash of the built
+// object kept in an annotation, so a settled object costs no write and
+// fields the API server or other controllers fill in are not fought over.
+func (r *ClusterReconciler) applyOwned(ctx context.Context, owner client.Object, obj client.Object) (bool, error) {
+	if err := controllerutil.SetControllerReference(owner, obj, r.Scheme()); err != nil {
+		return false, err
+	}
+	hash, err := hashOf(obj)
+	if err != nil {
+		return false, err
+	}
+	setAnnotation(obj, AnnotationHash, hash)
+	existing, ok := obj.DeepCopyObject().(client.Object)
+	if !ok {
+		return false, fmt.Errorf("%T is not a client.Object", obj)
+	}
+	err = r.Get(ctx, client.ObjectKeyFromObject(obj), existing)
+	kind := fmt.Sprintf("%T %s", obj, obj.GetName())
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := r.Create(ctx, obj); err != nil {
+			return false, fmt.Errorf("while creating %s: %w", kind, err)
+		}
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("while reading %s: %w", kind, err)
+	case existing.GetAnnotations()[AnnotationHash] == hash:
+		return false, nil
+	}
+	obj.SetResourceVersion(existing.GetResourceVersion())
+	if err := r.Update(ctx, obj); err != nil {
+		return false, fmt.Errorf("while updating %s: %w", kind, err)
+	}
+	return true, nil
+}
+
+// hashOf is a short, stable hash of v's JSON form (maps are sorted).
+func hashOf(v any) (string, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:8]), nil
+}
+
+func setAnnotation(obj client.Object, key, value string) {
+	a := obj.GetAnnotations()
+	if a == nil {
+		a = map[string]string{}
+	}
+	a[key] = value
+	obj.SetAnnotations(a)
+}

@@ -1,0 +1,183 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/instanceapi"
+)
+
+// reconcileInstances creates the first instance, recreates pods of
+// instances whose pod is gone, and adds or removes replicas to match
+// spec.instances. It reports whether it changed anything.
+func (r *ClusterReconciler) reconcileInstances(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view) (bool, error) {
+	if c.Status.CurrentPrimary == "" {
+		return r.bootstrapPrimary(ctx, c, v)
+	}
+	if changed, err := r.recreateMissingPods(ctx, c, v); changed || err != nil {
+		return changed, err
+	}
+	want := int(c.Spec.Instances)
+	switch {
+	case len(v.members) < want:
+		return r.scaleUp(ctx, c, v, want-len(v.members))
+	case len(v.members) > want:
+		return r.scaleDown(ctx, c, v)
+	}
+	return false, nil
+}
+
+// bootstrapPrimary creates instance 1 (or adopts the volumes a deleted
+// cluster of the same name kept) and records it as the primary.
+func (r *ClusterReconciler) bootstrapPrimary(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view) (bool, error) {
+	if len(v.members) > 0 {
+		// Volumes kept from a cluster of the same name: the lowest serial
+		// was created first, as the primary. Its data decides its role.
+		first := v.members[0]
+		c.Status.CurrentPrimary, c.Status.TargetPrimary = first.name, first.name
+		c.Status.LastInstanceSerial = max(c.Status.LastInstanceSerial, v.members[len(v.members)-1].serial)
+		r.event(c, corev1.EventTypeNormal, "AdoptedVolumes", "Create", "Found %d volumes of an earlier cluster %s; %s is the primary", len(v.members), c.Name, first.name)
+		return true, r.persistStatus(ctx, c)
+	}
+	name, err := r.allocateInstance(ctx, c, v)
+	if err != nil {
+		return false, err
+	}
+	c.Status.CurrentPrimary, c.Status.TargetPrimary = name, name
+	if err := r.persistStatus(ctx, c); err != nil {
+		return false, err
+	}
+	return true, r.createInstance(ctx, c, name, instanceapi.RolePrimary, true)
+}
+
+// allocateInstance takes the next serial number and records it before
+// anything is created, so a name is never used twice.
+func (r *ClusterReconciler) allocateInstance(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view) (string, error) {
+	last := c.Status.LastInstanceSerial
+	for _, m := range v.members {
+		last = max(last, m.serial)
+	}
+	c.Status.LastInstanceSerial = last + 1
+	if err := r.persistStatus(ctx, c); err != nil {
+		return "", err
+	}
+	return instanceName(c.Name, last+1), nil
+}
+
+// createInstance creates the volume (when new) and the pod of an instance.
+func (r *ClusterReconciler) createInstance(ctx context.Context, c *tuskv1alpha1.PostgresCluster, name string, role instanceapi.Role, newVolume bool) error {
+	if newVolume {
+		if err := r.Create(ctx, instancePVC(c, name)); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("while creating the volume of %s: %w", name, err)
+		}
+	}
+	pod := instancePod(c, name, role, r.Config.InstanceManagerImage)
+	if err := r.ownAndCreate(ctx, c, pod); err != nil {
+		return fmt.Errorf("while creating the pod of %s: %w", name, err)
+	}
+	verb := "Created"
+	if !newVolume {
+		verb = "Recreated"
+	}
+	r.event(c, corev1.EventTypeNormal, verb+"Instance", "Create", "%s instance %s as %s", verb, name, role)
+	return nil
+}
+
+func (r *ClusterReconciler) ownAndCreate(ctx context.Context, c *tuskv1alpha1.PostgresCluster, obj client.Object) error {
+	if err := ctrlSetOwner(c, obj, r.Scheme()); err != nil {
+		return err
+	}
+	if err := r.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// recreateMissingPods gives every volume without a pod a new pod on it, in
+// the role Tusk wants for it: a deleted pod comes back with its data.
+func (r *ClusterReconciler) recreateMissingPods(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view) (bool, error) {
+	changed := false
+	for _, m := range v.members {
+		if m.pod != nil || m.pvc == nil || m.pvc.DeletionTimestamp != nil {
+			continue
+		}
+		if err := r.createInstance(ctx, c, m.name, wantedRole(c, m.name), false); err != nil {
+			return changed, err
+		}
+		changed = true
+	}
+	return changed, nil
+}
+
+// scaleUp adds replicas, all at once: each copies the primary with
+// pg_basebackup. It waits for a ready primary to copy from.
+func (r *ClusterReconciler) scaleUp(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, n int) (bool, error) {
+	if p := v.member(c.Status.CurrentPrimary); p == nil || !p.ready() {
+		return false, nil
+	}
+	for range n {
+		name, err := r.allocateInstance(ctx, c, v)
+		if err != nil {
+			return true, err
+		}
+		if err := r.createInstance(ctx, c, name, instanceapi.RoleReplica, true); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
+}
+
+// scaleDown removes the least valuable replica: one that is not ready
+// first, then the newest. Never the primary. Its volume goes with it: a
+// replica's data is a copy of the primary's.
+func (r *ClusterReconciler) scaleDown(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view) (bool, error) {
+	victim := leastValuableReplica(c, v)
+	if victim == nil {
+		return false, nil
+	}
+	if victim.pod != nil {
+		if err := r.Delete(ctx, victim.pod); client.IgnoreNotFound(err) != nil {
+			return false, fmt.Errorf("while deleting the pod of %s: %w", victim.name, err)
+		}
+	}
+	if victim.pvc != nil {
+		if err := r.Delete(ctx, victim.pvc); client.IgnoreNotFound(err) != nil {
+			return false, fmt.Errorf("while deleting the volume of %s: %w", victim.name, err)
+		}
+	}
+	r.event(c, corev1.EventTypeNormal, "RemovedInstance", "ScaleDown", "Removed replica %s and its volume (scaling to %d instances)", victim.name, c.Spec.Instances)
+	return true, nil
+}
+
+func leastValuableReplica(c *tuskv1alpha1.PostgresCluster, v *view) *member {
+	candidates := slices.DeleteFunc(slices.Clone(v.members), func(m *member) bool {
+		return m.name == c.Status.CurrentPrimary || m.name == c.Status.TargetPrimary
+	})
+	if len(candidates) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(candidates, func(a, b *member) int {
+		if a.ready() != b.ready() {
+			if !a.ready() {
+				return -1
+			}
+			return 1
+		}
+		return int(b.serial - a.serial)
+	})
+	return candidates[0]
+}
+
+// wantedRole is the role Tusk wants an instance to have.
+func wantedRole(c *tuskv1alpha1.PostgresCluster, name string) instanceapi.Role {
+	if name == c.Status.CurrentPrimary && c.Status.CurrentPrimary == c.Status.TargetPrimary {
+		return instanceapi.RolePrimary
+	}
+	return instanceapi.RoleReplica
+}

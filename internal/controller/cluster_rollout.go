@@ -1,0 +1,109 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/instanceapi"
+)
+
+// rollout is what reconcileRollout found: whether instances still need an
+// update, and why it is waiting when it is.
+type rollout struct {
+	pending bool
+	waiting string // why the rollout cannot take its next step
+	halted  bool   // an updated instance does not start
+}
+
+// outdated says the pod was built from another spec than the cluster's.
+func outdated(m *member, hash string) bool {
+	return m.pod != nil && m.pod.Annotations[AnnotationHash] != hash
+}
+
+// needsRestart says PostgreSQL has settings that take effect only after a
+// restart.
+func needsRestart(m *member) bool {
+	return m.status != nil && len(m.status.PendingRestart) > 0
+}
+
+// reconcileRollout updates instances whose pod is outdated or whose
+// PostgreSQL needs a restart: replicas first, one at a time, each only
+// when every instance is ready; then the primary, by a switchover to an
+// updated replica (or a restart when it is alone). A new pod that does not
+// become ready stops the rollout: no second instance is taken down.
+func (r *ClusterReconciler) reconcileRollout(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, ic *instanceClient) (rollout, error) {
+	hash := podSpecHash(c, r.Config.InstanceManagerImage)
+	var pending []*member
+	for _, m := range v.members {
+		if outdated(m, hash) || needsRestart(m) {
+			pending = append(pending, m)
+		}
+	}
+	if len(pending) == 0 {
+		return rollout{}, nil
+	}
+	ro := rollout{pending: true}
+	for _, m := range v.members {
+		if !m.ready() {
+			ro.waiting = fmt.Sprintf("waiting for %s to become ready%s", m.name, notReadyReason(m))
+			ro.halted = m.pod != nil && waitingReason(m.pod) != ""
+			return ro, nil
+		}
+	}
+	for _, m := range pending {
+		if m.name != c.Status.CurrentPrimary {
+			return ro, r.updateInstance(ctx, c, m, hash, ic)
+		}
+	}
+	primary := v.member(c.Status.CurrentPrimary)
+	if len(v.members) == 1 {
+		return ro, r.updateInstance(ctx, c, primary, hash, ic)
+	}
+	target := switchoverCandidate(c, v, hash)
+	if target == nil {
+		ro.waiting = "no ready, updated replica to switch the primary over to"
+		return ro, nil
+	}
+	return ro, r.startSwitchover(ctx, c, target, "the primary needs an update")
+}
+
+// updateInstance replaces an outdated pod (its volume stays) or restarts
+// PostgreSQL in place when only settings changed.
+func (r *ClusterReconciler) updateInstance(ctx context.Context, c *tuskv1alpha1.PostgresCluster, m *member, hash string, ic *instanceClient) error {
+	if outdated(m, hash) {
+		r.event(c, corev1.EventTypeNormal, "RollingOut", "Update", "Replacing the pod of %s to apply the new spec", m.name)
+		if err := r.Delete(ctx, m.pod); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("while replacing the pod of %s: %w", m.name, err)
+		}
+		return nil
+	}
+	r.event(c, corev1.EventTypeNormal, "Restarting", "Update", "Restarting PostgreSQL on %s to apply %v", m.name, m.status.PendingRestart)
+	if err := ic.call(ctx, m.pod, http.MethodPost, instanceapi.PathRestart, nil, nil); err != nil {
+		return fmt.Errorf("while restarting %s: %w", m.name, err)
+	}
+	return nil
+}
+
+// notReadyReason says, for humans, why an instance is not ready.
+func notReadyReason(m *member) string {
+	switch {
+	case m.pod == nil:
+		return ": its pod is being created"
+	case m.pod.DeletionTimestamp != nil:
+		return ": its pod is being replaced"
+	case waitingReason(m.pod) != "":
+		return ": " + waitingReason(m.pod)
+	case m.status == nil && m.err != nil:
+		return ": " + m.err.Error()
+	case m.status != nil && m.status.LastError != "":
+		return ": " + m.status.LastError
+	case m.status != nil:
+		return fmt.Sprintf(" (instance %s)", m.status.Phase)
+	}
+	return ""
+}

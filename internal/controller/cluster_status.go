@@ -1,0 +1,167 @@
+package controller
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/instanceapi"
+	"tusk.dev/tusk/internal/postgres"
+)
+
+// progress is what the phases of one reconcile did or are waiting for.
+type progress struct {
+	creating    bool    // the first primary is not serving yet
+	scaling     bool    // instances are being added or removed
+	switching   bool    // a switchover is under way
+	rollout     rollout // outdated instances
+	syncDegrade bool    // fewer standbys stream than the quorum wants
+}
+
+// setStatus records what was observed: every instance's report, the
+// number of ready instances, the conditions and the phase.
+func setStatus(c *tuskv1alpha1.PostgresCluster, v *view, p progress) {
+	st := &c.Status
+	st.ObservedGeneration = c.Generation
+	st.Selector = metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: clusterLabels(c)})
+	st.Instances = instanceStatuses(c, v)
+	st.ReadyInstances = int32(v.readyCount())
+	progressing := progressingCondition(c, v, p)
+	degraded := degradedCondition(c, v, p)
+	setCondition(c, progressing)
+	setCondition(c, degraded)
+	setCondition(c, readyCondition(c, progressing, degraded))
+	st.Phase = phase(p, progressing, degraded)
+}
+
+func instanceStatuses(c *tuskv1alpha1.PostgresCluster, v *view) []tuskv1alpha1.InstanceStatus {
+	primary := v.member(c.Status.CurrentPrimary)
+	out := make([]tuskv1alpha1.InstanceStatus, 0, len(v.members))
+	for _, m := range v.members {
+		is := tuskv1alpha1.InstanceStatus{Name: m.name, Role: tuskv1alpha1.RoleUnknown, Ready: m.ready(), Phase: "Pending"}
+		switch {
+		case m.status != nil:
+			fillFromReport(&is, m.status, primary)
+		case m.err != nil:
+			is.Phase, is.Message = "Unreachable", m.err.Error()
+		}
+		if m.pod != nil && waitingReason(m.pod) != "" {
+			is.Message = waitingReason(m.pod)
+		}
+		out = append(out, is)
+	}
+	return out
+}
+
+func fillFromReport(is *tuskv1alpha1.InstanceStatus, st *instanceapi.Status, primary *member) {
+	is.Phase, is.Message = string(st.Phase), st.LastError
+	is.Timeline = int32(st.Timeline) //nolint:gosec // timelines stay far below 2^31
+	switch st.Role {
+	case instanceapi.RolePrimary:
+		is.Role, is.LSN = tuskv1alpha1.RolePrimary, st.CurrentLSN
+	case instanceapi.RoleReplica:
+		is.Role, is.LSN = tuskv1alpha1.RoleReplica, st.ReplayedLSN
+		is.LagBytes = lagBehind(st, primary)
+	}
+}
+
+// lagBehind is how many bytes a replica's replay is behind the primary.
+func lagBehind(st *instanceapi.Status, primary *member) *int64 {
+	if primary == nil || primary.status == nil {
+		return nil
+	}
+	head, err1 := postgres.ParseLSN(primary.status.CurrentLSN)
+	replayed, err2 := postgres.ParseLSN(st.ReplayedLSN)
+	if err1 != nil || err2 != nil {
+		return nil
+	}
+	lag := max(head.Minus(replayed), 0)
+	return &lag
+}
+
+func progressingCondition(c *tuskv1alpha1.PostgresCluster, v *view, p progress) metav1.Condition {
+	cond := metav1.Condition{Type: ConditionProgressing, Status: metav1.ConditionTrue}
+	switch {
+	case p.creating:
+		cond.Reason, cond.Message = ReasonCreating, "Creating the primary "+c.Status.CurrentPrimary
+	case p.switching:
+		cond.Reason, cond.Message = ReasonSwitchingOver, fmt.Sprintf("Switching the primary from %s to %s", c.Status.CurrentPrimary, c.Status.TargetPrimary)
+	case p.rollout.halted:
+		cond.Reason, cond.Message = ReasonRolloutHalted, "Rollout halted, "+p.rollout.waiting
+	case p.rollout.pending:
+		cond.Reason, cond.Message = ReasonRollingOut, "Rolling out the new spec"
+		if p.rollout.waiting != "" {
+			cond.Message += ", " + p.rollout.waiting
+		}
+	case p.scaling || len(v.members) != int(c.Spec.Instances) || v.readyCount() < len(v.members):
+		cond.Reason = ReasonScaling
+		cond.Message = fmt.Sprintf("%d of %d instances ready", v.readyCount(), c.Spec.Instances)
+	default:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonUpToDate, "Every instance runs the current spec"
+	}
+	return cond
+}
+
+func degradedCondition(c *tuskv1alpha1.PostgresCluster, v *view, p progress) metav1.Condition {
+	cond := metav1.Condition{Type: ConditionDegraded, Status: metav1.ConditionTrue}
+	primary := v.member(c.Status.CurrentPrimary)
+	var notReady []string
+	for _, m := range v.members {
+		if !m.ready() {
+			notReady = append(notReady, m.name+notReadyReason(m))
+		}
+	}
+	switch {
+	case primary == nil || !primary.ready():
+		cond.Reason, cond.Message = ReasonPrimaryNotReady, "The primary is not ready"
+		if primary != nil {
+			cond.Message += notReadyReason(primary)
+		}
+	case len(notReady) > 0:
+		cond.Reason, cond.Message = ReasonInstancesNotReady, fmt.Sprintf("Not ready: %v", notReady)
+	case p.syncDegrade:
+		cond.Reason = ReasonSynchronousDegraded
+		cond.Message = fmt.Sprintf("Fewer than %d standbys are streaming: commits are acknowledged without waiting for them", c.Spec.PostgreSQL.Synchronous.Number)
+	default:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonAllInstancesReady, "Every instance is ready"
+	}
+	return cond
+}
+
+// readyCondition is true when the cluster is fully up and nothing changes.
+func readyCondition(c *tuskv1alpha1.PostgresCluster, progressing, degraded metav1.Condition) metav1.Condition {
+	cond := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse}
+	switch {
+	case degraded.Status == metav1.ConditionTrue && degraded.Reason != ReasonSynchronousDegraded:
+		cond.Reason, cond.Message = degraded.Reason, degraded.Message
+	case progressing.Status == metav1.ConditionTrue:
+		cond.Reason, cond.Message = progressing.Reason, progressing.Message
+	default:
+		cond.Status, cond.Reason = metav1.ConditionTrue, ReasonClusterReady
+		cond.Message = fmt.Sprintf("%d instances ready; %s is the primary", c.Spec.Instances, c.Status.CurrentPrimary)
+	}
+	return cond
+}
+
+func phase(p progress, progressing, degraded metav1.Condition) tuskv1alpha1.ClusterPhase {
+	switch {
+	case p.creating:
+		return tuskv1alpha1.ClusterPhaseCreating
+	case p.switching:
+		return tuskv1alpha1.ClusterPhaseSwitchingOver
+	case progressing.Status == metav1.ConditionTrue && progressing.Reason != ReasonScaling:
+		return tuskv1alpha1.ClusterPhaseUpdating
+	case progressing.Status == metav1.ConditionTrue:
+		return tuskv1alpha1.ClusterPhaseScaling
+	case degraded.Status == metav1.ConditionTrue:
+		return tuskv1alpha1.ClusterPhaseDegraded
+	}
+	return tuskv1alpha1.ClusterPhaseHealthy
+}
+
+func setCondition(c *tuskv1alpha1.PostgresCluster, cond metav1.Condition) {
+	cond.ObservedGeneration = c.Generation
+	meta.SetStatusCondition(&c.Status.Conditions, cond)
+}

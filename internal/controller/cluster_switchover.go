@@ -1,0 +1,126 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/instanceapi"
+	"tusk.dev/tusk/internal/postgres"
+)
+
+// reconcileRoleLabels keeps each pod's role label on the role Tusk wants:
+// the -rw Service follows it, and the instance manager starts in it. While
+// a switchover runs no pod is labelled primary, so no client writes to a
+// primary that is stepping down.
+func (r *ClusterReconciler) reconcileRoleLabels(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view) error {
+	for _, m := range v.members {
+		want := string(wantedRole(c, m.name))
+		if m.pod == nil || m.pod.Labels[LabelRole] == want {
+			continue
+		}
+		patch := client.MergeFrom(m.pod.DeepCopy())
+		m.pod.Labels[LabelRole] = want
+		if err := r.Patch(ctx, m.pod, patch); err != nil {
+			return fmt.Errorf("while labelling %s as %s: %w", m.name, want, err)
+		}
+	}
+	return nil
+}
+
+// startSwitchover records target as the primary Tusk wants; the steps
+// follow in reconcileSwitchover.
+func (r *ClusterReconciler) startSwitchover(ctx context.Context, c *tuskv1alpha1.PostgresCluster, target *member, why string) error {
+	c.Status.TargetPrimary = target.name
+	if err := r.persistStatus(ctx, c); err != nil {
+		return err
+	}
+	r.event(c, corev1.EventTypeNormal, "SwitchingOver", "Switchover", "Switching the primary from %s to %s: %s", c.Status.CurrentPrimary, target.name, why)
+	return nil
+}
+
+// reconcileSwitchover moves the primary role from currentPrimary to
+// targetPrimary without losing a committed write: the old primary steps
+// down (a clean shutdown sends its standbys every WAL record), the target
+// is promoted only once it has received everything the old primary wrote,
+// and the old primary follows it. Each step is decided from what the
+// instances report, so an operator restart half-way resumes correctly.
+// It reports whether a switchover is under way.
+func (r *ClusterReconciler) reconcileSwitchover(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, ic *instanceClient) (bool, error) {
+	if c.Status.TargetPrimary == c.Status.CurrentPrimary {
+		return false, nil
+	}
+	old, target := v.member(c.Status.CurrentPrimary), v.member(c.Status.TargetPrimary)
+	if target == nil || target.status == nil || old == nil || old.status == nil {
+		return true, nil // wait until both answer (a failed primary is issue of failover)
+	}
+	if old.status.Role == instanceapi.RolePrimary {
+		up := instanceapi.FollowRequest{Upstream: instanceapi.Upstream{Host: rwServiceName(c), Port: postgresPort}}
+		var res instanceapi.StepDownResult
+		if err := ic.call(ctx, old.pod, http.MethodPost, instanceapi.PathStepDown, up, &res); err != nil {
+			return true, fmt.Errorf("while stepping %s down: %w", old.name, err)
+		}
+		ctrlLog(ctx).Info("Stepped the primary down", "instance", old.name, "shutdownCheckpoint", res.ShutdownCheckpointLSN)
+		return true, nil
+	}
+	if target.status.Role == instanceapi.RoleReplica {
+		if !hasEverything(target.status, old.status) {
+			return true, nil
+		}
+		if err := ic.call(ctx, target.pod, http.MethodPost, instanceapi.PathPromote, nil, nil); err != nil {
+			return true, fmt.Errorf("while promoting %s: %w", target.name, err)
+		}
+	}
+	from := c.Status.CurrentPrimary
+	c.Status.CurrentPrimary = target.name
+	if err := r.persistStatus(ctx, c); err != nil {
+		return true, err
+	}
+	r.event(c, corev1.EventTypeNormal, "SwitchedOver", "Switchover", "%s is the primary; %s follows it", target.name, from)
+	return false, nil
+}
+
+// hasEverything says the target received all the WAL the stepped-down
+// primary has: its shutdown checkpoint is the last record it wrote.
+func hasEverything(target, old *instanceapi.Status) bool {
+	received, err := postgres.ParseLSN(target.ReceivedLSN)
+	if err != nil {
+		return false
+	}
+	last := postgres.LSN(0)
+	for _, s := range []string{old.ReceivedLSN, old.ReplayedLSN} {
+		if l, err := postgres.ParseLSN(s); err == nil {
+			last = max(last, l)
+		}
+	}
+	return last > 0 && received >= last
+}
+
+// switchoverCandidate is the ready, up-to-date replica with the most WAL
+// received, or nil.
+func switchoverCandidate(c *tuskv1alpha1.PostgresCluster, v *view, hash string) *member {
+	var candidates []*member
+	for _, m := range v.members {
+		if m.name != c.Status.CurrentPrimary && m.ready() && m.status.Streaming && !outdated(m, hash) {
+			candidates = append(candidates, m)
+		}
+	}
+	if len(candidates) == 0 {
+		return nil
+	}
+	return slices.MaxFunc(candidates, func(a, b *member) int {
+		la, _ := postgres.ParseLSN(a.status.ReceivedLSN)
+		lb, _ := postgres.ParseLSN(b.status.ReceivedLSN)
+		switch {
+		case la != lb:
+			return int(min(max(la.Minus(lb), -1), 1))
+		default:
+			return int(b.serial - a.serial)
+		}
+	})
+}

@@ -1,0 +1,182 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/pki"
+)
+
+// Keys of the TLS Secrets.
+const (
+	keyCACert       = "ca.crt"
+	keyCAKey        = "ca.key"
+	keyTLSCert      = corev1.TLSCertKey
+	keyTLSKey       = corev1.TLSPrivateKeyKey
+	keyOperatorCert = "operator.crt"
+	keyOperatorKey  = "operator.key"
+)
+
+// Certificate lifetimes: leaf certificates are renewed a month before they
+// expire, so a cluster never serves an expired one.
+const (
+	caValidity   = 10 * 365 * 24 * time.Hour
+	leafValidity = 365 * 24 * time.Hour
+	renewBefore  = 30 * 24 * time.Hour
+)
+
+// Common names of the client certificates.
+const (
+	// OperatorClientCN is the operator's identity towards instance managers.
+	OperatorClientCN = "tusk-operator"
+	// replicationUser is the role replicas connect as (by certificate).
+	replicationUser = "tusk_replication"
+)
+
+// clusterTLS is the cluster's CA and the operator's client certificate.
+type clusterTLS struct {
+	ca       pki.KeyPair
+	caSecret *corev1.Secret // the operator-only Secret <cluster>-ca
+}
+
+// reconcileTLS makes the cluster's CA, server certificate, replication
+// client certificate and operator client certificate exist and stay valid.
+func (r *ClusterReconciler) reconcileTLS(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (*clusterTLS, error) {
+	ca, err := r.clusterCA(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	caData, err := r.existingSecretData(ctx, c.Namespace, caSecretName(c))
+	if err != nil {
+		return nil, err
+	}
+	operator, err := keepOrIssue(caData, keyOperatorCert, keyOperatorKey, ca, nil, func() (pki.KeyPair, error) {
+		return pki.IssueClient(ca, OperatorClientCN, leafValidity, now)
+	})
+	if err != nil {
+		return nil, err
+	}
+	data := map[string][]byte{keyCACert: ca.CertPEM, keyOperatorCert: operator.CertPEM, keyOperatorKey: operator.KeyPEM}
+	if c.Spec.TLS == nil || c.Spec.TLS.CASecret == nil {
+		data[keyCAKey] = ca.KeyPEM
+	}
+	caSecret := secret(c, caSecretName(c), corev1.SecretTypeOpaque, data)
+	if _, err := r.applyOwned(ctx, c, caSecret); err != nil {
+		return nil, err
+	}
+	if err := r.reconcileLeafSecret(ctx, c, serverSecretName(c), ca, serverNames(c), func() (pki.KeyPair, error) {
+		return pki.IssueServer(ca, rwServiceName(c), serverNames(c), []net.IP{net.IPv4(127, 0, 0, 1)}, leafValidity, now)
+	}); err != nil {
+		return nil, err
+	}
+	if err := r.reconcileLeafSecret(ctx, c, replicationSecretName(c), ca, nil, func() (pki.KeyPair, error) {
+		return pki.IssueClient(ca, replicationUser, leafValidity, now)
+	}); err != nil {
+		return nil, err
+	}
+	caMap := &corev1.ConfigMap{
+		ObjectMeta: objectMeta(c, caConfigMapName(c)),
+		Data:       map[string]string{keyCACert: string(ca.CertPEM)},
+	}
+	if _, err := r.applyOwned(ctx, c, caMap); err != nil {
+		return nil, err
+	}
+	return &clusterTLS{ca: ca, caSecret: caSecret}, nil
+}
+
+// clusterCA is the user's CA when spec.tls.caSecret names one, else the
+// CA Tusk made for the cluster (made now when there is none yet).
+func (r *ClusterReconciler) clusterCA(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (pki.KeyPair, error) {
+	name := caSecretName(c)
+	if c.Spec.TLS != nil && c.Spec.TLS.CASecret != nil {
+		name = c.Spec.TLS.CASecret.Name
+	}
+	data, err := r.existingSecretData(ctx, c.Namespace, name)
+	if err != nil {
+		return pki.KeyPair{}, err
+	}
+	ca := pki.KeyPair{CertPEM: data[keyCACert], KeyPEM: data[keyCAKey]}
+	if len(ca.CertPEM) > 0 && len(ca.KeyPEM) > 0 {
+		return ca, nil
+	}
+	if name != caSecretName(c) {
+		return pki.KeyPair{}, userError(ReasonCASecretInvalid, "the Secret %s named by spec.tls.caSecret needs the keys ca.crt and ca.key (PEM)", name)
+	}
+	return pki.NewCA(c.Name+" PostgreSQL CA", caValidity, time.Now())
+}
+
+// reconcileLeafSecret keeps a certificate Secret (tls.crt, tls.key, ca.crt)
+// valid: reissued when missing, expiring, from another CA or lacking names.
+func (r *ClusterReconciler) reconcileLeafSecret(ctx context.Context, c *tuskv1alpha1.PostgresCluster, name string,
+	ca pki.KeyPair, names []string, issue func() (pki.KeyPair, error)) error {
+	existing, err := r.existingSecretData(ctx, c.Namespace, name)
+	if err != nil {
+		return err
+	}
+	kp, err := keepOrIssue(existing, keyTLSCert, keyTLSKey, ca, names, issue)
+	if err != nil {
+		return err
+	}
+	s := secret(c, name, corev1.SecretTypeTLS, map[string][]byte{keyTLSCert: kp.CertPEM, keyTLSKey: kp.KeyPEM, keyCACert: ca.CertPEM})
+	_, err = r.applyOwned(ctx, c, s)
+	return err
+}
+
+// keepOrIssue returns the key pair stored under certKey/keyKey when it is
+// still good, or a new one.
+func keepOrIssue(data map[string][]byte, certKey, keyKey string, ca pki.KeyPair, names []string, issue func() (pki.KeyPair, error)) (pki.KeyPair, error) {
+	kp := pki.KeyPair{CertPEM: data[certKey], KeyPEM: data[keyKey]}
+	if len(kp.CertPEM) > 0 && len(kp.KeyPEM) > 0 && pki.SignedBy(kp.CertPEM, ca.CertPEM) == nil && pki.SANsMatch(kp.CertPEM, names) {
+		if renew, err := pki.NeedsRenewal(kp.CertPEM, time.Now(), renewBefore); err == nil && !renew {
+			return kp, nil
+		}
+	}
+	return issue()
+}
+
+// serverNames are the DNS names the server certificate covers: every
+// Service of the cluster, short and qualified.
+func serverNames(c *tuskv1alpha1.PostgresCluster) []string {
+	var names []string
+	for _, svc := range []string{rwServiceName(c), roServiceName(c), rServiceName(c)} {
+		names = append(names, svc, svc+"."+c.Namespace, svc+"."+c.Namespace+".svc", svc+"."+c.Namespace+".svc.cluster.local")
+	}
+	return append(names, "localhost")
+}
+
+// instanceServerName is the name the operator expects in an instance's
+// certificate when it connects to the pod by IP.
+func instanceServerName(c *tuskv1alpha1.PostgresCluster) string {
+	return rServiceName(c) + "." + c.Namespace + ".svc"
+}
+
+// existingSecretData reads a Secret's data; nil when it does not exist.
+func (r *ClusterReconciler) existingSecretData(ctx context.Context, namespace, name string) (map[string][]byte, error) {
+	s := &corev1.Secret{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, s)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("while reading Secret %s: %w", name, err)
+	}
+	return s.Data, nil
+}
+
+func secret(c *tuskv1alpha1.PostgresCluster, name string, typ corev1.SecretType, data map[string][]byte) *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: objectMeta(c, name), Type: typ, Data: data}
+}
+
+// objectMeta is the metadata of an object Tusk owns for the cluster.
+func objectMeta(c *tuskv1alpha1.PostgresCluster, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: clusterLabels(c)}
+}
