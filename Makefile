@@ -123,7 +123,9 @@ undeploy: ## Remove the operator, its CRDs and everything they own from the clus
 	kubectl delete -k config/default --ignore-not-found --wait=true
 
 E2E_ARTIFACTS ?= $(CURDIR)/.cache/e2e-artifacts
-E2E_FLAGS ?= -count=1 -timeout=30m
+# A generous bound: a test killed by -timeout leaves no artifacts (its
+# cleanup never runs), and the lifecycle tests take minutes each.
+E2E_FLAGS ?= -count=1 -timeout=60m
 
 .PHONY: e2e
 e2e: images deploy ## End-to-end tests against the cluster in KUBECONFIG (the local cluster by default).

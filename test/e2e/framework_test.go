@@ -86,7 +86,14 @@ func ptrTo[T any](v T) *T { return &v }
 // does the polling).
 func eventually(t *testing.T, timeout time.Duration, what string, cond func(context.Context) (bool, error)) {
 	t.Helper()
-	testenv.Eventually(t, timeout, func(ctx context.Context) error {
+	eventuallyEvery(t, timeout, 50*time.Millisecond, what, cond)
+}
+
+// eventuallyEvery is eventually for conditions that are costly to check
+// (kubectl exec, a query): it checks every interval.
+func eventuallyEvery(t *testing.T, timeout, interval time.Duration, what string, cond func(context.Context) (bool, error)) {
+	t.Helper()
+	testenv.EventuallyEvery(t, timeout, interval, func(ctx context.Context) error {
 		ok, err := cond(ctx)
 		switch {
 		case ok:
@@ -96,6 +103,18 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func(cont
 		default:
 			return fmt.Errorf("waiting for %s", what)
 		}
+	})
+}
+
+// consistently checks every interval, for duration, that check returns nil,
+// failing the test with what should have held at the first error.
+func consistently(t *testing.T, duration, interval time.Duration, what string, check func(context.Context) error) {
+	t.Helper()
+	testenv.Consistently(t, duration, interval, func(ctx context.Context) error {
+		if err := check(ctx); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
 	})
 }
 
@@ -118,12 +137,13 @@ func newNamespace(t *testing.T) string {
 		"pod-security.kubernetes.io/warn":    "restricted",
 	}}}
 	ctx := context.Background()
+	created := time.Now()
 	if _, err := clientset.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating namespace %s: %v", name, err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			dumpNamespace(t, name)
+			dumpNamespace(t, name, created)
 		}
 		deleteNamespace(t, name)
 	})
@@ -146,8 +166,9 @@ func deleteNamespace(t *testing.T, name string) {
 	})
 }
 
-// dumpNamespace writes what an engineer needs to see why a test failed.
-func dumpNamespace(t *testing.T, ns string) {
+// dumpNamespace writes what an engineer needs to see why a test failed,
+// with the operator's logs since the test began.
+func dumpNamespace(t *testing.T, ns string, since time.Time) {
 	dir := filepath.Join(artifacts, unsafeChars.ReplaceAllString(strings.ToLower(t.Name()), "_"))
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		t.Logf("cannot write artifacts: %v", err)
@@ -157,6 +178,8 @@ func dumpNamespace(t *testing.T, ns string) {
 	kubectlTo(t, filepath.Join(dir, "describe.txt"), "describe", "pods,pvc,deployments,postgresclusters", "-n", ns)
 	kubectlTo(t, filepath.Join(dir, "events.txt"), "get", "events", "-n", ns, "--sort-by=.lastTimestamp")
 	kubectlTo(t, filepath.Join(dir, "nodes.txt"), "describe", "nodes")
+	kubectlTo(t, filepath.Join(dir, "postgresclusters.yaml"), "get", "postgresclusters", "-n", ns, "-o", "yaml")
+	dumpOperatorLogs(t, dir, since)
 	pods, err := clientset.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
 	if err == nil {
 		for _, p := range pods.Items {
@@ -164,6 +187,20 @@ func dumpNamespace(t *testing.T, ns string) {
 		}
 	}
 	t.Logf("artifacts of the failure are in %s", dir)
+}
+
+// dumpOperatorLogs writes the logs of every operator pod (a test may have
+// restarted it) from since on.
+func dumpOperatorLogs(t *testing.T, dir string, since time.Time) {
+	ctx := context.Background()
+	d, err := clientset.AppsV1().Deployments(operatorNamespace).Get(ctx, operatorDeployment, metav1.GetOptions{})
+	if err != nil {
+		t.Logf("cannot find the operator for its logs: %v", err)
+		return
+	}
+	selector := metav1.FormatLabelSelector(d.Spec.Selector)
+	kubectlTo(t, filepath.Join(dir, "operator-logs.txt"), "logs", "-n", operatorNamespace, "-l", selector,
+		"--all-containers", "--prefix", "--tail=-1", "--since-time="+since.UTC().Format(time.RFC3339))
 }
 
 func kubectlTo(t *testing.T, file string, args ...string) {
