@@ -75,6 +75,19 @@ type PostgresClusterSpec struct {
 	// +optional
 	PriorityClassName string `json:"priorityClassName,omitempty"`
 
+	// PostgresUID runs PostgreSQL as this user ID instead of the image's
+	// own user; the image must have a passwd entry for it (initdb needs
+	// one). The official postgres images need 999: they start as root.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	PostgresUID *int64 `json:"postgresUID,omitempty"`
+
+	// PostgresGID is the primary group ID PostgreSQL runs as; set it with
+	// postgresUID.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	PostgresGID *int64 `json:"postgresGID,omitempty"`
+
 	// SuperuserSecret names an existing Secret whose `password` key is the
 	// postgres superuser's password. Tusk generates a strong one in the
 	// Secret <cluster>-superuser when unset. Changing the password in the

@@ -347,6 +347,16 @@ func (in *PostgresClusterSpec) DeepCopyInto(out *PostgresClusterSpec) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.PostgresUID != nil {
+		in, out := &in.PostgresUID, &out.PostgresUID
+		*out = new(int64)
+		**out = **in
+	}
+	if in.PostgresGID != nil {
+		in, out := &in.PostgresGID, &out.PostgresGID
+		*out = new(int64)
+		**out = **in
+	}
 	if in.SuperuserSecret != nil {
 		in, out := &in.SuperuserSecret, &out.SuperuserSecret
 		*out = new(corev1.LocalObjectReference)

@@ -20,6 +20,9 @@ func (r *ClusterReconciler) reconcileInstances(ctx context.Context, c *tuskv1alp
 	if c.Status.CurrentPrimary == "" {
 		return r.bootstrapPrimary(ctx, c, v)
 	}
+	if err := r.resizeVolumes(ctx, c, v); err != nil {
+		return false, err
+	}
 	if changed, err := r.recreateMissingPods(ctx, c, v); changed || err != nil {
 		return changed, err
 	}
@@ -180,4 +183,31 @@ func wantedRole(c *tuskv1alpha1.PostgresCluster, name string) instanceapi.Role {
 		return instanceapi.RolePrimary
 	}
 	return instanceapi.RoleReplica
+}
+
+// resizeVolumes grows volumes smaller than spec.storage.size (the API
+// refuses shrinking). A storage class that cannot expand is reported, not
+// retried in a hurry.
+func (r *ClusterReconciler) resizeVolumes(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view) error {
+	want := c.Spec.Storage.Size
+	for _, m := range v.members {
+		if m.pvc == nil || m.pvc.DeletionTimestamp != nil {
+			continue
+		}
+		have := m.pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+		if have.Cmp(want) >= 0 {
+			continue
+		}
+		patch := client.MergeFrom(m.pvc.DeepCopy())
+		m.pvc.Spec.Resources.Requests[corev1.ResourceStorage] = want
+		err := r.Patch(ctx, m.pvc, patch)
+		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+			return userError(ReasonVolumeResizeFailed, "cannot grow the volume of %s to %s: %v", m.name, want.String(), err)
+		}
+		if err != nil {
+			return fmt.Errorf("while growing the volume of %s: %w", m.name, err)
+		}
+		r.event(c, corev1.EventTypeNormal, "ResizingVolume", "Resize", "Growing the volume of %s from %s to %s", m.name, have.String(), want.String())
+	}
+	return nil
 }

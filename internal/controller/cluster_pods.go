@@ -68,7 +68,7 @@ func instancePodSpec(c *tuskv1alpha1.PostgresCluster, name, managerImage string)
 		InitContainers:                []corev1.Container{bootstrapContainer(managerImage)},
 		Containers:                    []corev1.Container{postgresContainer(c)},
 		Volumes:                       instanceVolumes(c, name),
-		SecurityContext:               podSecurityContext(),
+		SecurityContext:               podSecurityContext(c),
 		Affinity:                      instanceAffinity(c),
 		Tolerations:                   c.Spec.Tolerations,
 		PriorityClassName:             c.Spec.PriorityClassName,
@@ -203,9 +203,11 @@ func secretVolume(name, secretName string) corev1.Volume {
 
 // podSecurityContext and containerSecurityContext pass the restricted Pod
 // Security Standard. The image must run as a non-root numeric user.
-func podSecurityContext() *corev1.PodSecurityContext {
+func podSecurityContext(c *tuskv1alpha1.PostgresCluster) *corev1.PodSecurityContext {
 	return &corev1.PodSecurityContext{
 		RunAsNonRoot:        ptr.To(true),
+		RunAsUser:           c.Spec.PostgresUID,
+		RunAsGroup:          c.Spec.PostgresGID,
 		FSGroup:             ptr.To[int64](fsGroup),
 		FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
 		SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},

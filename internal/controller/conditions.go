@@ -33,7 +33,7 @@ const (
 	ReasonUpToDate                = "UpToDate"
 	ReasonAllInstancesReady       = "AllInstancesReady"
 	ReasonSynchronousDegraded     = "SynchronousDegraded"
-	ReasonInvalidSpec             = "InvalidSpec"
+	ReasonVolumeResizeFailed      = "VolumeResizeFailed"
 )
 
 // specError is a problem only the user can fix (a missing Secret, an
