@@ -185,9 +185,8 @@ func wantedRole(c *tuskv1alpha1.PostgresCluster, name string) instanceapi.Role {
 	return instanceapi.RoleReplica
 }
 
-// resizeVolumes grows volumes smaller than spec.storage.size (the API
-// refuses shrinking). A storage class that cannot expand is reported, not
-// retried in a hurry.
+// resizeVolumes grows volumes smaller than spec.storage.size. A storage
+// class that cannot expand is reported in an Event.
 func (r *ClusterReconciler) resizeVolumes(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view) error {
 	want := c.Spec.Storage.Size
 	for _, m := range v.members {
@@ -202,7 +201,10 @@ func (r *ClusterReconciler) resizeVolumes(ctx context.Context, c *tuskv1alpha1.P
 		m.pvc.Spec.Resources.Requests[corev1.ResourceStorage] = want
 		err := r.Patch(ctx, m.pvc, patch)
 		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
-			return userError(ReasonVolumeResizeFailed, "cannot grow the volume of %s to %s: %v", m.name, want.String(), err)
+			// The rest of the cluster is still managed; the Event says why
+			// the volume keeps its size.
+			r.event(c, corev1.EventTypeWarning, ReasonVolumeResizeFailed, "Resize", "Cannot grow the volume of %s to %s: %v", m.name, want.String(), err)
+			continue
 		}
 		if err != nil {
 			return fmt.Errorf("while growing the volume of %s: %w", m.name, err)
