@@ -47,7 +47,9 @@ type cachedInstanceClient struct {
 func (c *instanceClients) get(cluster types.NamespacedName, caSecret *corev1.Secret, serverName string) (*instanceClient, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cached, ok := c.clients[cluster]; ok && cached.version == caSecret.ResourceVersion {
+	// The hash annotation changes exactly when the Secret's content does.
+	version := caSecret.Annotations[AnnotationHash]
+	if cached, ok := c.clients[cluster]; ok && cached.version == version {
 		return cached.client, nil
 	}
 	client, err := newInstanceClient(caSecret.Data, serverName)
@@ -57,7 +59,7 @@ func (c *instanceClients) get(cluster types.NamespacedName, caSecret *corev1.Sec
 	if c.clients == nil {
 		c.clients = map[types.NamespacedName]cachedInstanceClient{}
 	}
-	c.clients[cluster] = cachedInstanceClient{version: caSecret.ResourceVersion, client: client}
+	c.clients[cluster] = cachedInstanceClient{version: version, client: client}
 	return client, nil
 }
 
