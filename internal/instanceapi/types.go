@@ -20,6 +20,11 @@ const (
 // DefaultStatusPort is where the instance manager serves HTTP in a pod.
 const DefaultStatusPort = 8000
 
+// DefaultAPIClientCN is the CommonName of the client certificate the
+// operator presents when the instance manager serves HTTPS: GET /status and
+// the /v1 commands require it (the probes and /metrics do not).
+const DefaultAPIClientCN = "tusk-operator"
+
 // Role is the replication role of an instance.
 type Role string
 
