@@ -65,7 +65,7 @@ func newInstanceRunCommand() *cobra.Command {
 	fl.IntVar(&o.Port, "port", 5432, "PostgreSQL port")
 	fl.StringVar(&o.ListenAddresses, "listen-addresses", "*", "PostgreSQL listen_addresses")
 	fl.StringVar(&o.SocketDir, "socket-dir", "/run/tusk/socket", "directory of PostgreSQL's unix socket")
-	fl.StringVar(&o.RunDir, "run-dir", "/run/tusk", "private directory for the passfile")
+	fl.StringVar(&o.RunDir, "run-dir", "/run/tusk", "private directory for the passfile and the copies of the certificates")
 	fl.StringVar(&o.HTTPAddr, "http-addr", fmt.Sprintf(":%d", instanceapi.DefaultStatusPort), "address of /status, probes, metrics and commands")
 	fl.StringVar(&f.role, "role", "primary", "role asked for at start: primary or replica")
 	fl.StringVar(&f.roleFile, "role-file", "", "downward API file of the pod's labels; its "+instanceapi.LabelRole+" label overrides --role")
@@ -76,6 +76,12 @@ func newInstanceRunCommand() *cobra.Command {
 	fl.StringVar(&o.Secrets.Superuser, "superuser-password-file", "", "file holding the postgres superuser's password")
 	fl.StringVar(&o.Secrets.Replication, "replication-password-file", "", "file holding the replication role's password")
 	fl.StringVar(&o.Secrets.App, "app-password-file", "", "file holding the application owner's password")
+	fl.StringVar(&o.TLS.Dir, "tls-dir", "", "directory with the server certificate (tls.crt, tls.key) and the cluster's CA (ca.crt); "+
+		"turns on TLS for PostgreSQL and HTTPS with client certificates for the API")
+	fl.StringVar(&o.TLS.ReplicationDir, "replication-tls-dir", "", "directory with the replication role's client certificate (tls.crt, tls.key, ca.crt); "+
+		"replicas then authenticate with it instead of a password (needs --tls-dir)")
+	fl.StringVar(&o.TLS.APIClientCN, "api-client-cn", instanceapi.DefaultAPIClientCN, "common name of the client certificate allowed to read /status and send commands")
+	fl.DurationVar(&o.SecretsPollInterval, "secrets-poll-interval", instance.DefaultSecretsPollInterval, "how often the mounted certificate and password files are checked for changes")
 	fl.StringVar(&f.configFile, "config-file", "", "JSON file with the initial configuration (parameters, synchronousStandbyNames)")
 	fl.DurationVar(&o.Timeouts.Smart, "smart-shutdown-timeout", o.Timeouts.Smart, "how long sessions may finish on shutdown before fast mode")
 	fl.DurationVar(&o.Timeouts.Fast, "fast-shutdown-timeout", o.Timeouts.Fast, "how long a fast shutdown may take before immediate mode")
@@ -114,7 +120,8 @@ func (f *instanceFlags) complete() error {
 }
 
 // runInstance runs the manager until SIGTERM or SIGINT, then stops postgres
-// in order and returns. SIGHUP is passed on as a configuration reload.
+// in order and returns. SIGHUP is passed on as a configuration reload, and
+// makes the manager check the mounted certificates and passwords at once.
 func runInstance(opts instance.Options, log logr.Logger) error {
 	m, err := instance.New(opts, log)
 	if err != nil {
@@ -127,6 +134,9 @@ func runInstance(opts instance.Options, log logr.Logger) error {
 	go func() {
 		for range hup {
 			m.ForwardSignal(syscall.SIGHUP)
+			if err := m.CheckSecrets(ctx); err != nil && ctx.Err() == nil {
+				log.Error(err, "Checking the mounted Secrets")
+			}
 		}
 	}()
 	if os.Getpid() != 1 {

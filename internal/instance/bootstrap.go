@@ -102,16 +102,17 @@ func (m *Manager) withPrivateServer(ctx context.Context, dir string, fn func(ctx
 }
 
 func (m *Manager) createRolesAndDatabase(ctx context.Context, conn *pgx.Conn) error {
-	replicationVerifier, err := scramVerifier(m.secrets.replicationPassword)
+	secrets := m.currentSecrets()
+	replication, err := m.createReplicationRole(secrets)
 	if err != nil {
 		return err
 	}
 	statements := []string{
-		fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD %s", ident(replicationUser), literal(replicationVerifier)),
+		replication,
 		fmt.Sprintf("CREATE ROLE %s NOLOGIN IN ROLE pg_monitor", ident(monitorRole)),
 	}
 	if owner := m.opts.InitDB.Owner; owner != "" {
-		ownerVerifier, err := scramVerifier(m.secrets.appPassword)
+		ownerVerifier, err := scramVerifier(secrets.appPassword)
 		if err != nil {
 			return err
 		}
@@ -126,6 +127,20 @@ func (m *Manager) createRolesAndDatabase(ctx context.Context, conn *pgx.Conn) er
 		}
 	}
 	return nil
+}
+
+// createReplicationRole is the statement creating the replication role:
+// without a password when replicas authenticate with a client certificate,
+// so that no password can stand in for it.
+func (m *Manager) createReplicationRole(s secrets) (string, error) {
+	if m.replicationCerts != nil {
+		return fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION", ident(replicationUser)), nil
+	}
+	verifier, err := scramVerifier(s.replicationPassword)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION PASSWORD %s", ident(replicationUser), literal(verifier)), nil
 }
 
 func firstWords(s string, n int) string {
@@ -144,7 +159,7 @@ func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + 
 // streaming the WAL written meanwhile so the copy is consistent on its own.
 func (m *Manager) cloneFrom(ctx context.Context, up instanceapi.Upstream, dir string) error {
 	m.log.Info("Copying the primary with pg_basebackup", "host", up.Host, "port", up.Port)
-	env := []string{"PGPASSFILE=" + m.passfilePath(), "PGAPPNAME=" + m.opts.Name}
+	env := append([]string{"PGPASSFILE=" + m.passfilePath(), "PGAPPNAME=" + m.opts.Name}, sslEnv(m.replicationConnInfo(up))...)
 	err := m.runTool(ctx, "pg_basebackup", env, "-D", dir,
 		"--host="+up.Host, "--port="+portArg(up.Port), "--username="+replicationUser, "--no-password",
 		"--wal-method=stream", "--checkpoint=fast")

@@ -45,6 +45,13 @@ func readSecrets(files SecretFiles) (secrets, error) {
 	return s, errors.Join(errs...)
 }
 
+// currentSecrets returns the passwords in use.
+func (m *Manager) currentSecrets() secrets {
+	m.secretsMu.Lock()
+	defer m.secretsMu.Unlock()
+	return m.secrets
+}
+
 func (m *Manager) passfilePath() string { return filepath.Join(m.opts.RunDir, "pgpass") }
 
 // writePassfile writes the libpq password file that replication and
@@ -54,36 +61,82 @@ func (m *Manager) writePassfile() error {
 	line := func(user, password string) string {
 		return "*:*:*:" + pgpassEscape(user) + ":" + pgpassEscape(password) + "\n"
 	}
-	content := line(replicationUser, m.secrets.replicationPassword) + line(superuser, m.secrets.superuserPassword)
-	return writeFileAtomic(m.passfilePath(), []byte(content), 0o600)
+	s := m.currentSecrets()
+	content := line(superuser, s.superuserPassword)
+	if s.replicationPassword != "" {
+		content = line(replicationUser, s.replicationPassword) + content
+	}
+	return writeFileAtomic(m.passfilePath(), []byte(content))
 }
 
 func pgpassEscape(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `:`, `\:`).Replace(s)
 }
 
-// replicationConnInfo is how a replica reaches its upstream.
-func (m *Manager) replicationConnInfo(up instanceapi.Upstream) string {
-	return pgconf.PrimaryConnInfo(pgconf.ConnInfo{
+// replicationConnInfo is how a replica reaches its upstream: over TLS
+// verifying the upstream's certificate when the cluster has one, and with
+// the replication client certificate when replicas authenticate with it.
+func (m *Manager) replicationConnInfo(up instanceapi.Upstream) pgconf.ConnInfo {
+	ci := pgconf.ConnInfo{
 		Host:            up.Host,
 		Port:            up.Port,
 		User:            replicationUser,
 		ApplicationName: m.opts.Name,
 		PassFile:        m.passfilePath(),
 		SSLMode:         "prefer",
-	})
+	}
+	if m.serverCerts != nil {
+		ci.SSLMode, ci.SSLRootCert, ci.SSLCert = "verify-full", m.serverCerts.caPath(), m.serverCerts.noClientCertPath()
+	}
+	if c := m.replicationCerts; c != nil {
+		ci.SSLCert, ci.SSLKey, ci.SSLRootCert = c.certPath(), c.keyPath(), c.caPath()
+	}
+	return ci
 }
 
-// superuserConnInfo is how pg_rewind reads the new primary.
+// superuserConnInfo is how pg_rewind reads the new primary: with the
+// superuser's password from the passfile, over TLS verifying the primary's
+// certificate when the cluster has one.
 func (m *Manager) superuserConnInfo(up instanceapi.Upstream) string {
-	return pgconf.PrimaryConnInfo(pgconf.ConnInfo{
+	ci := pgconf.ConnInfo{
 		Host:            up.Host,
 		Port:            up.Port,
 		User:            superuser,
 		ApplicationName: m.opts.Name + "-rewind",
 		PassFile:        m.passfilePath(),
 		SSLMode:         "prefer",
-	})
+	}
+	if m.serverCerts != nil {
+		ci.SSLMode, ci.SSLRootCert, ci.SSLCert = "verify-full", m.serverCerts.caPath(), m.serverCerts.noClientCertPath()
+	}
+	return pgconf.PrimaryConnInfo(ci)
+}
+
+// sslEnv passes ci's TLS settings to a libpq program (pg_basebackup) in
+// its environment.
+func sslEnv(ci pgconf.ConnInfo) []string {
+	var env []string
+	for _, kv := range [][2]string{
+		{"PGSSLMODE", ci.SSLMode}, {"PGSSLCERT", ci.SSLCert}, {"PGSSLKEY", ci.SSLKey}, {"PGSSLROOTCERT", ci.SSLRootCert},
+	} {
+		if kv[1] != "" {
+			env = append(env, kv[0]+"="+kv[1])
+		}
+	}
+	return env
+}
+
+// serverTLS is PostgreSQL's TLS configuration: the manager's private
+// copies of the mounted files, or nil for ssl off.
+func (m *Manager) serverTLS() (*pgconf.TLSFiles, pgconf.ReplicationAuth) {
+	if m.serverCerts == nil {
+		return nil, pgconf.ReplicationAuthSCRAM
+	}
+	files := &pgconf.TLSFiles{CertFile: m.serverCerts.certPath(), KeyFile: m.serverCerts.keyPath(), CAFile: m.serverCerts.caPath()}
+	if m.replicationCerts != nil {
+		return files, pgconf.ReplicationAuthCert
+	}
+	return files, pgconf.ReplicationAuthSCRAM
 }
 
 // writeConfig renders postgresql.conf and pg_hba.conf for st into the data
@@ -101,8 +154,10 @@ func (m *Manager) writeConfig(st state) error {
 		SynchronousStandbyNames: st.config.SynchronousStandbyNames,
 	}
 	if st.role == instanceapi.RoleReplica {
-		conf.PrimaryConnInfo = m.replicationConnInfo(st.upstream)
+		conf.PrimaryConnInfo = pgconf.PrimaryConnInfo(m.replicationConnInfo(st.upstream))
 	}
+	var replicationAuth pgconf.ReplicationAuth
+	conf.TLS, replicationAuth = m.serverTLS()
 	rendered, err := pgconf.PostgresqlConf(conf)
 	if err != nil {
 		return fmt.Errorf("while rendering postgresql.conf: %w", err)
@@ -110,7 +165,7 @@ func (m *Manager) writeConfig(st state) error {
 	for _, p := range rendered.Ignored {
 		m.log.Info("Ignoring a parameter", "parameter", p.Name, "reason", p.Reason)
 	}
-	hba, err := pgconf.PgHBA(pgconf.HBAConfig{ReplicationUser: replicationUser})
+	hba, err := pgconf.PgHBA(pgconf.HBAConfig{ReplicationUser: replicationUser, TLS: conf.TLS != nil, ReplicationAuth: replicationAuth})
 	if err != nil {
 		return fmt.Errorf("while rendering pg_hba.conf: %w", err)
 	}
@@ -120,7 +175,7 @@ func (m *Manager) writeConfig(st state) error {
 		"postgresql.auto.conf": "# Managed by Tusk: ALTER SYSTEM is not used; set spec.postgresql.parameters instead.\n",
 	}
 	for name, content := range files {
-		if err := writeFileAtomic(filepath.Join(m.opts.DataDir, name), []byte(content), 0o600); err != nil {
+		if err := writeFileAtomic(filepath.Join(m.opts.DataDir, name), []byte(content)); err != nil {
 			return err
 		}
 	}
@@ -132,7 +187,7 @@ func (m *Manager) writeConfig(st state) error {
 func (m *Manager) writeStandbySignal(replica bool) error {
 	path := filepath.Join(m.opts.DataDir, "standby.signal")
 	if replica {
-		return writeFileAtomic(path, nil, 0o600)
+		return writeFileAtomic(path, nil)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("while removing standby.signal: %w", err)
@@ -140,11 +195,12 @@ func (m *Manager) writeStandbySignal(replica bool) error {
 	return nil
 }
 
-// writeFileAtomic replaces path with content, so a crash never leaves a
-// half-written configuration file behind.
-func writeFileAtomic(path string, content []byte, mode os.FileMode) error {
+// writeFileAtomic replaces path with content readable by the manager's
+// user only (mode 0600: configuration, passwords, keys), so a crash never
+// leaves a half-written file behind.
+func writeFileAtomic(path string, content []byte) error {
 	tmp := path + ".tusk-tmp"
-	if err := os.WriteFile(tmp, content, mode); err != nil {
+	if err := os.WriteFile(tmp, content, 0o600); err != nil { //nolint:gosec // G703: paths under the manager's own directories
 		return fmt.Errorf("while writing %s: %w", path, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {

@@ -5,12 +5,16 @@
 package instance
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -53,6 +57,12 @@ type Options struct {
 	InitDB InitDBOptions
 	// Secrets name the files with the passwords.
 	Secrets SecretFiles
+	// TLS names the mounted certificates; without them PostgreSQL and the
+	// HTTP API use no TLS.
+	TLS TLSOptions
+	// SecretsPollInterval is how often the mounted certificate and password
+	// files are checked for changes; 0 means DefaultSecretsPollInterval.
+	SecretsPollInterval time.Duration
 	// Config is the initial PostgreSQL configuration.
 	Config instanceapi.Config
 	// Timeouts bound each shutdown mode.
@@ -76,6 +86,10 @@ type SecretFiles struct {
 	App         string
 }
 
+// DefaultSecretsPollInterval is how often mounted Secrets are checked. The
+// kubelet itself takes up to a minute or so to update them.
+const DefaultSecretsPollInterval = 15 * time.Second
+
 // Backoff is an exponential backoff between Min and Max.
 type Backoff struct {
 	Min, Max time.Duration
@@ -97,11 +111,19 @@ type Manager struct {
 	opts    Options
 	log     logr.Logger
 	reaper  *supervisor.Reaper
-	secrets secrets
 	ops     chan operation
 	stopped chan struct{} // closed when Run is returning
 	metrics *metrics
 	sizer   dirSizer
+
+	// serverCerts and replicationCerts are nil without TLS; the run loop
+	// alone syncs them. https is the HTTP API's current TLS configuration.
+	serverCerts      *certFiles
+	replicationCerts *certFiles
+	https            atomic.Pointer[tls.Config]
+
+	secretsMu sync.Mutex // guards secrets, which HTTP handlers use to connect
+	secrets   secrets
 
 	mu       sync.Mutex // guards what the HTTP handlers read
 	state    state
@@ -149,6 +171,12 @@ func New(opts Options, log logr.Logger) (*Manager, error) {
 		stopped: make(chan struct{}),
 		state:   state{role: opts.Role, upstream: opts.Upstream, config: opts.Config},
 	}
+	if opts.TLS.Dir != "" {
+		m.serverCerts = &certFiles{what: "server certificate", src: opts.TLS.Dir, dst: filepath.Join(opts.RunDir, "tls")}
+	}
+	if opts.TLS.ReplicationDir != "" {
+		m.replicationCerts = &certFiles{what: "replication client certificate", src: opts.TLS.ReplicationDir, dst: filepath.Join(opts.RunDir, "replication-tls")}
+	}
 	m.metrics = newMetrics(m)
 	return m, nil
 }
@@ -170,6 +198,9 @@ func (o Options) validate() error {
 	if o.Role == instanceapi.RoleReplica && o.Upstream.Host == "" {
 		errs = append(errs, errors.New("a replica needs an upstream host"))
 	}
+	if o.TLS.ReplicationDir != "" && o.TLS.Dir == "" {
+		errs = append(errs, errors.New("replication with a client certificate needs the server certificate (--tls-dir) too"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -180,6 +211,10 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer close(stopReaper)
 	go m.reaper.Run(stopReaper)
 
+	// The HTTP API needs the server certificate before it can serve.
+	if _, err := m.syncCertificates(); err != nil {
+		return err
+	}
 	server, err := m.startHTTP()
 	if err != nil {
 		return err
@@ -218,6 +253,8 @@ func (m *Manager) prepare(ctx context.Context) error {
 func (m *Manager) supervise(ctx context.Context) error {
 	var backoff time.Duration
 	var restartAt <-chan time.Time
+	poll := time.NewTicker(cmp.Or(m.opts.SecretsPollInterval, DefaultSecretsPollInterval))
+	defer poll.Stop()
 	if err := m.startPostgres(ctx); err != nil {
 		m.setError(err)
 		restartAt, backoff = m.scheduleRestart(backoff)
@@ -234,6 +271,10 @@ func (m *Manager) supervise(ctx context.Context) error {
 			if err := m.startPostgres(ctx); err != nil {
 				m.setError(err)
 				restartAt, backoff = m.scheduleRestart(backoff)
+			}
+		case <-poll.C:
+			if err := m.checkSecrets(ctx); err != nil {
+				m.log.Error(err, "Checking the mounted Secrets")
 			}
 		case op := <-m.ops:
 			m.log.Info("Running an operation", "operation", op.name)

@@ -31,7 +31,7 @@ func (m *Manager) connect(ctx context.Context) (*pgx.Conn, error) {
 	cfg.Host = m.opts.SocketDir
 	cfg.Port = uint16(m.opts.Port) //nolint:gosec // a port number, validated at start-up
 	cfg.User = superuser
-	cfg.Password = m.secrets.superuserPassword
+	cfg.Password = m.currentSecrets().superuserPassword
 	cfg.Database = "postgres"
 	cfg.ConnectTimeout = 3 * time.Second
 	cfg.RuntimeParams["application_name"] = "tusk-instance-manager"

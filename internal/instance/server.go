@@ -1,22 +1,84 @@
 package instance
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"tusk.dev/tusk/internal/instanceapi"
 )
 
-// startHTTP serves status, probes, metrics and the operator's commands.
-// Plain HTTP for now; TLS with client certificates comes with the cluster
-// lifecycle, and nothing here assumes plain HTTP. It fails at once when the
+// startHTTP serves status, probes, metrics and the operator's commands:
+// over HTTPS with the server certificate when the cluster has one (see
+// requireClientCert), plain HTTP otherwise. It fails at once when the
 // address cannot be bound: an instance nobody can see must not run.
 func (m *Manager) startHTTP() (*http.Server, error) {
+	l, err := net.Listen("tcp", m.opts.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("while listening for status requests: %w", err)
+	}
+	return m.serveHTTP(l), nil
+}
+
+// serveHTTP serves the API on l until the returned server is shut down.
+func (m *Manager) serveHTTP(l net.Listener) *http.Server {
+	server := &http.Server{Handler: m.requireClientCert(m.routes()), ReadHeaderTimeout: 5 * time.Second}
+	scheme := "http"
+	if m.serverCerts != nil {
+		// Each handshake takes the certificate in use at that moment.
+		l = tls.NewListener(l, &tls.Config{
+			MinVersion:         tls.VersionTLS12,
+			GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return m.https.Load(), nil },
+		})
+		scheme = "https"
+	}
+	m.log.Info("Serving status", "address", l.Addr().String(), "scheme", scheme)
+	go func() {
+		if err := server.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			m.setError(err)
+		}
+	}()
+	return server
+}
+
+// openPaths are served without a client certificate: the kubelet's HTTPS
+// probes present none, and metrics hold nothing a scrape may not see.
+var openPaths = []string{instanceapi.PathHealthz, instanceapi.PathReadyz, instanceapi.PathMetrics}
+
+// requireClientCert lets through to /status and the commands only requests
+// with a client certificate from the cluster's CA (verified in the
+// handshake) whose CommonName is the operator's. Without TLS it lets
+// everything through.
+func (m *Manager) requireClientCert(next http.Handler) http.Handler {
+	want := cmp.Or(m.opts.TLS.APIClientCN, instanceapi.DefaultAPIClientCN)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if m.serverCerts == nil || slices.Contains(openPaths, r.URL.Path) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+			writeJSON(w, http.StatusUnauthorized, map[string]string{
+				"error": "a client certificate signed by the cluster's CA is required"})
+			return
+		}
+		if cn := r.TLS.VerifiedChains[0][0].Subject.CommonName; cn != want {
+			writeJSON(w, http.StatusForbidden, map[string]string{
+				"error": fmt.Sprintf("the client certificate's common name %q is not allowed here; only %q is", cn, want)})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// routes are the HTTP API's handlers.
+func (m *Manager) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+instanceapi.PathStatus, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, m.Status(r.Context()))
@@ -50,18 +112,7 @@ func (m *Manager) startHTTP() (*http.Server, error) {
 		res, err := m.ApplyConfig(r.Context(), cfg)
 		reply(w, res, err)
 	})
-	server := &http.Server{Addr: m.opts.HTTPAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	l, err := net.Listen("tcp", server.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("while listening for status requests: %w", err)
-	}
-	m.log.Info("Serving status", "address", l.Addr().String())
-	go func() {
-		if err := server.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			m.setError(err)
-		}
-	}()
-	return server, nil
+	return mux
 }
 
 // serveHealthz answers the liveness probe. It reflects the manager, not

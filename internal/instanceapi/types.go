@@ -27,6 +27,11 @@ const DefaultStatusPort = 8000
 // manager reads it at start through the downward API (--role-file).
 const LabelRole = "tusk.dev/role"
 
+// DefaultAPIClientCN is the CommonName of the client certificate the
+// operator presents when the instance manager serves HTTPS: GET /status and
+// the /v1 commands require it (the probes and /metrics do not).
+const DefaultAPIClientCN = "tusk-operator"
+
 // Role is the replication role of an instance.
 type Role string
 

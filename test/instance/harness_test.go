@@ -108,8 +108,12 @@ type node struct {
 	httpPort int
 	cmd      *exec.Cmd
 	exited   chan struct{}
-	mu       sync.Mutex
-	output   bytes.Buffer
+	// scheme and client reach the HTTP API: https with the operator's
+	// client certificate when the node has TLS.
+	scheme string
+	client *http.Client
+	mu     sync.Mutex
+	output bytes.Buffer
 }
 
 type nodeOptions struct {
@@ -119,6 +123,9 @@ type nodeOptions struct {
 	// interruptedBootstrap leaves what a crash half-way through initdb
 	// would: a partial data directory beside the real one.
 	interruptedBootstrap bool
+	// tls, when set, runs the node with --tls-dir and --replication-tls-dir
+	// (and no replication password).
+	tls *clusterPKI
 }
 
 func writeSecret(t testing.TB, dir, name, value string) string {
@@ -133,7 +140,8 @@ func writeSecret(t testing.TB, dir, name, value string) string {
 
 func startNode(t testing.TB, name string, o nodeOptions) *node {
 	t.Helper()
-	n := &node{t: t, name: name, dir: workDir(t), port: testenv.FreePort(t), httpPort: testenv.FreePort(t), exited: make(chan struct{})}
+	n := &node{t: t, name: name, dir: workDir(t), port: testenv.FreePort(t), httpPort: testenv.FreePort(t), exited: make(chan struct{}),
+		scheme: "http", client: http.DefaultClient}
 	for _, sub := range []string{"socket", "run", "secrets"} {
 		if err := os.Mkdir(filepath.Join(n.dir, sub), 0o700); err != nil {
 			t.Fatal(err)
@@ -158,9 +166,13 @@ func startNode(t testing.TB, name string, o nodeOptions) *node {
 		"--http-addr", fmt.Sprintf("127.0.0.1:%d", n.httpPort), "--role", string(o.role),
 		"--upstream-host", "127.0.0.1", "--upstream-port", strconv.Itoa(o.upstreamPort),
 		"--superuser-password-file", writeSecret(t, secrets, "superuser", superuserPassword),
-		"--replication-password-file", writeSecret(t, secrets, "replication", replicationPassword),
 		"--app-password-file", writeSecret(t, secrets, "app", appPassword),
 		"--zap-log-level", "info",
+	}
+	if o.tls == nil {
+		args = append(args, "--replication-password-file", writeSecret(t, secrets, "replication", replicationPassword))
+	} else {
+		args = append(args, o.tls.nodeArgs(n)...)
 	}
 	if o.config != nil {
 		data, _ := json.Marshal(o.config)
@@ -238,7 +250,7 @@ func (n *node) leftovers() []string {
 // metrics returns the manager's /metrics text.
 func (n *node) metrics() string {
 	n.t.Helper()
-	resp, err := http.Get(n.url(instanceapi.PathMetrics))
+	resp, err := n.client.Get(n.url(instanceapi.PathMetrics))
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -250,7 +262,9 @@ func (n *node) metrics() string {
 	return string(data)
 }
 
-func (n *node) url(path string) string { return fmt.Sprintf("http://127.0.0.1:%d%s", n.httpPort, path) }
+func (n *node) url(path string) string {
+	return fmt.Sprintf("%s://127.0.0.1:%d%s", n.scheme, n.httpPort, path)
+}
 
 func (n *node) status(ctx context.Context) (instanceapi.Status, error) {
 	var st instanceapi.Status
@@ -272,7 +286,7 @@ func (n *node) call(ctx context.Context, method, path string, body, out any) (in
 	if err != nil {
 		return 0, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := n.client.Do(req)
 	if err != nil {
 		return 0, err
 	}
@@ -332,11 +346,14 @@ func (n *node) waitReady(role instanceapi.Role) instanceapi.Status {
 // closes it: sessions left open would pile up to max_connections while a
 // test polls, and hold up a smart shutdown.
 func (n *node) tryConnect(ctx context.Context, user, password, database string) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig("")
+	// TLS when the node has it (its pg_hba.conf then requires it), plain
+	// otherwise. The host goes into the string: pgx derives the TLS
+	// settings of each attempt from it.
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=127.0.0.1 port=%d sslmode=prefer", n.port))
 	if err != nil {
 		return nil, err
 	}
-	cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = "127.0.0.1", uint16(n.port), user, password, database
+	cfg.User, cfg.Password, cfg.Database = user, password, database
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(ctx, cfg)

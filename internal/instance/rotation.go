@@ -1,0 +1,51 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+
+	"tusk.dev/tusk/internal/instanceapi"
+)
+
+// CheckSecrets looks at the mounted certificate and password files now,
+// rather than at the next poll, and applies what changed. The manager runs
+// it on SIGHUP too.
+func (m *Manager) CheckSecrets(ctx context.Context) error {
+	_, err := m.do(ctx, "check secrets", func(ctx context.Context) (any, error) {
+		return nil, m.checkSecrets(ctx)
+	})
+	return err
+}
+
+// checkSecrets applies changes to the mounted Secrets: the kubelet updates
+// their files in place when the Secret changes. New certificates are copied
+// and postgres re-reads them on reload; the HTTP API serves a new one from
+// the next connection on.
+func (m *Manager) checkSecrets(ctx context.Context) error {
+	reload, err := m.syncCertificates()
+	if !reload {
+		return err
+	}
+	return errors.Join(err, m.reloadTLS(ctx))
+}
+
+// reloadTLS makes postgres load new certificate files. A postgres that
+// does not accept connections yet (recovering, starting) gets a SIGHUP
+// without waiting for it to act; a stopped one reads them at start.
+func (m *Manager) reloadTLS(ctx context.Context) error {
+	m.log.Info("Reloading postgres for the new certificate")
+	if m.snapshot().phase != instanceapi.PhaseRunning {
+		m.ForwardSignal(syscall.SIGHUP)
+		return nil
+	}
+	res, err := m.reload(ctx)
+	if err != nil {
+		return fmt.Errorf("while reloading postgres for the new certificate: %w", err)
+	}
+	if len(res.Errors) > 0 {
+		return fmt.Errorf("postgres refused settings on reload: %v", res.Errors)
+	}
+	return nil
+}
