@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/instanceapi"
 	"tusk.dev/tusk/internal/pki"
 )
 
@@ -36,7 +37,7 @@ const (
 // Common names of the client certificates.
 const (
 	// OperatorClientCN is the operator's identity towards instance managers.
-	OperatorClientCN = "tusk-operator"
+	OperatorClientCN = instanceapi.DefaultAPIClientCN
 	// replicationUser is the role replicas connect as (by certificate).
 	replicationUser = "tusk_replication"
 )
