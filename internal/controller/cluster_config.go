@@ -70,7 +70,9 @@ func (r *ClusterReconciler) reconcileConfig(ctx context.Context, c *tuskv1alpha1
 		return err
 	}
 	for _, m := range v.members {
-		if m.status == nil || m.pod.Annotations[AnnotationConfigHash] == hash {
+		// An instance that is not running yet starts with the ConfigMap's
+		// configuration; it is sent the configuration once it runs.
+		if m.status == nil || m.status.Phase != instanceapi.PhaseRunning || m.pod.Annotations[AnnotationConfigHash] == hash {
 			continue
 		}
 		if err := r.pushConfig(ctx, m, cfg, hash, ic); err != nil {

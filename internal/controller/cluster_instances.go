@@ -68,6 +68,7 @@ func (r *ClusterReconciler) allocateInstance(ctx context.Context, c *tuskv1alpha
 	}
 	c.Status.LastInstanceSerial = last + 1
 	if err := r.persistStatus(ctx, c); err != nil {
+		c.Status.LastInstanceSerial = last // not taken: nothing was created
 		return "", err
 	}
 	return instanceName(c.Name, last+1), nil
