@@ -54,6 +54,7 @@ func (r *ClusterReconciler) bootstrapPrimary(ctx context.Context, c *tuskv1alpha
 	}
 	c.Status.CurrentPrimary, c.Status.TargetPrimary = name, name
 	if err := r.persistStatus(ctx, c); err != nil {
+		c.Status.CurrentPrimary, c.Status.TargetPrimary = "", ""
 		return false, err
 	}
 	return true, r.createInstance(ctx, c, name, instanceapi.RolePrimary, true)

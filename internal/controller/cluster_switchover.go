@@ -38,6 +38,7 @@ func (r *ClusterReconciler) reconcileRoleLabels(ctx context.Context, c *tuskv1al
 func (r *ClusterReconciler) startSwitchover(ctx context.Context, c *tuskv1alpha1.PostgresCluster, target *member, why string) error {
 	c.Status.TargetPrimary = target.name
 	if err := r.persistStatus(ctx, c); err != nil {
+		c.Status.TargetPrimary = c.Status.CurrentPrimary // not decided after all
 		return err
 	}
 	r.event(c, corev1.EventTypeNormal, "SwitchingOver", "Switchover", "Switching the primary from %s to %s: %s", c.Status.CurrentPrimary, target.name, why)
