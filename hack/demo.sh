@@ -2,8 +2,8 @@
 # `make demo`: show Tusk on a real Kubernetes. Uses the cluster in KUBECONFIG
 # (the local cluster's kubeconfig when KUBECONFIG is unset and it exists) and
 # brings up the local cluster when none is reachable; builds and loads the
-# images, deploys the operator, applies the sample PostgresCluster and
-# reports honestly what the operator did with it. Running it twice is fine.
+# images, deploys the operator, applies the sample PostgresCluster, waits
+# until it is Ready and shows how to connect. Running it twice is fine.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=hack/lib.sh
@@ -11,7 +11,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(repo_root)
 cd "$root"
 
-DEMO_WAIT=${DEMO_WAIT:-60}
+DEMO_WAIT=${DEMO_WAIT:-300}
 SAMPLE=example
 
 reachable() { kubectl get --raw /readyz >/dev/null 2>&1; }
@@ -30,31 +30,39 @@ ensure_cluster() {
   reachable || die "the local cluster came up but its API server does not answer: see 'make cluster-status'."
 }
 
-# condition prints "STATUS REASON OBSERVED/GENERATION" of the sample's Ready condition.
+# condition prints "STATUS REASON: MESSAGE" of the sample's Ready condition.
 condition() {
-  kubectl get pgc "$SAMPLE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].reason} {.status.observedGeneration}/{.metadata.generation}' 2>/dev/null
+  kubectl get pgc "$SAMPLE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].reason}: {.status.conditions[?(@.type=="Ready")].message}' 2>/dev/null
 }
 
-# wait_ready shows each change of the Ready condition until it is True, or
-# until the operator has recorded the current generation and says it cannot
-# go further. Prints the final condition.
+# wait_ready shows each change of the Ready condition until it is True or
+# DEMO_WAIT seconds have passed. Prints the final condition.
 wait_ready() {
-  local deadline=$((SECONDS + DEMO_WAIT)) last="" now gens
+  local deadline=$((SECONDS + DEMO_WAIT)) last="" now
   while [ $SECONDS -lt $deadline ]; do
     now=$(condition || true)
     [[ $now != " "* ]] || now="" # no Ready condition yet
-    [ "$now" = "$last" ] || log "  $SAMPLE Ready: ${now:-<no status yet>}"
+    [ "$now" = "$last" ] || log "  $SAMPLE Ready: ${now:-<no status yet>}" >&2
     last=$now
-    case $now in
-      "True "*) break ;;
-      "Unknown LifecycleNotImplemented "*)
-        gens=${now##* }
-        [ "${gens%/*}" != "${gens#*/}" ] || break # the current generation is recorded
-        ;;
-    esac
+    [[ $now != "True "* ]] || break
     sleep 1
   done
   echo "$last"
+}
+
+how_to_connect() {
+  cat <<EOF
+PostgresCluster/$SAMPLE is Ready. Connect over TLS, verifying the server:
+
+  kubectl get secret $SAMPLE-app -o jsonpath='{.data.ca\\.crt}' | base64 -d > $SAMPLE-ca.crt
+  kubectl port-forward svc/$SAMPLE-rw 5432:5432 &
+  PGPASSWORD=\$(kubectl get secret $SAMPLE-app -o jsonpath='{.data.password}' | base64 -d) \\
+    psql "host=localhost port=5432 user=app dbname=app sslmode=verify-full sslrootcert=$SAMPLE-ca.crt"
+
+Applications in the cluster mount the Secret $SAMPLE-app (keys uri, jdbc-uri, host,
+port, dbname, username, password, ca.crt) and connect to $SAMPLE-rw (writes)
+or $SAMPLE-ro (reads from replicas).
+EOF
 }
 
 main() {
@@ -71,19 +79,10 @@ main() {
   kubectl get pods -o wide
   echo
   case $final in
-    "True "*)
-      echo "PostgresCluster/$SAMPLE is Ready. Connect with:"
-      echo "  kubectl port-forward svc/$SAMPLE-rw 5432:5432 &  psql -h 127.0.0.1 -U app app"
-      ;;
-    "Unknown LifecycleNotImplemented "*)
-      echo "The operator is running and recorded PostgresCluster/$SAMPLE (Ready=Unknown, reason"
-      echo "LifecycleNotImplemented), but this build does not create PostgreSQL instances yet"
-      echo "(README, 'Status': instance manager and instance creation are the next issues)."
-      echo "So there are no PostgreSQL pods and nothing to connect to yet. When instances exist:"
-      echo "  kubectl port-forward svc/$SAMPLE-rw 5432:5432 &  psql -h 127.0.0.1 -U app app"
-      ;;
+    "True "*) how_to_connect ;;
     *)
-      die "the operator did not record PostgresCluster/$SAMPLE within ${DEMO_WAIT}s (last: '${final}'): see 'kubectl -n tusk-system logs deploy/tusk-operator'."
+      kubectl describe pgc "$SAMPLE" | tail -20
+      die "PostgresCluster/$SAMPLE is not Ready after ${DEMO_WAIT}s (last: '${final}'); see above and 'kubectl -n tusk-system logs deploy/tusk-operator'."
       ;;
   esac
 }
