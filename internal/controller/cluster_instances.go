@@ -26,6 +26,9 @@ func (r *ClusterReconciler) reconcileInstances(ctx context.Context, c *tuskv1alp
 	if changed, err := r.recreateMissingPods(ctx, c, v); changed || err != nil {
 		return changed, err
 	}
+	if changed, err := r.recloneBrokenReplica(ctx, c, v); changed || err != nil {
+		return changed, err
+	}
 	want := int(c.Spec.Instances)
 	switch {
 	case len(v.members) < want:
@@ -146,15 +149,8 @@ func (r *ClusterReconciler) scaleDown(ctx context.Context, c *tuskv1alpha1.Postg
 	if victim == nil {
 		return false, nil
 	}
-	if victim.pod != nil {
-		if err := r.Delete(ctx, victim.pod); client.IgnoreNotFound(err) != nil {
-			return false, fmt.Errorf("while deleting the pod of %s: %w", victim.name, err)
-		}
-	}
-	if victim.pvc != nil {
-		if err := r.Delete(ctx, victim.pvc); client.IgnoreNotFound(err) != nil {
-			return false, fmt.Errorf("while deleting the volume of %s: %w", victim.name, err)
-		}
+	if err := r.removeInstance(ctx, victim); err != nil {
+		return false, err
 	}
 	r.event(c, corev1.EventTypeNormal, "RemovedInstance", "ScaleDown", "Removed replica %s and its volume (scaling to %d instances)", victim.name, c.Spec.Instances)
 	return true, nil
@@ -212,6 +208,59 @@ func (r *ClusterReconciler) resizeVolumes(ctx context.Context, c *tuskv1alpha1.P
 			return fmt.Errorf("while growing the volume of %s: %w", m.name, err)
 		}
 		r.event(c, corev1.EventTypeNormal, "ResizingVolume", "Resize", "Growing the volume of %s from %s to %s", m.name, have.String(), want.String())
+	}
+	return nil
+}
+
+// crashesBeforeReclone is how many times postgres must have crashed, and be
+// crashed now, before a replica's data is judged unusable.
+const crashesBeforeReclone = 5
+
+// recloneBrokenReplica replaces a replica whose postgres keeps crashing
+// while the primary, built from the same spec, runs: the fault is in that
+// replica's data, which is only a copy. Its pod and volume are deleted and
+// scaling up makes a fresh copy under a new name. One at a time, and only
+// when every other instance is ready.
+func (r *ClusterReconciler) recloneBrokenReplica(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view) (bool, error) {
+	primary := v.member(c.Status.CurrentPrimary)
+	if primary == nil || !primary.ready() || c.Status.TargetPrimary != c.Status.CurrentPrimary {
+		return false, nil
+	}
+	var broken *member
+	for _, m := range v.members {
+		switch {
+		case m.ready():
+		case brokenReplica(m, primary) && broken == nil:
+			broken = m
+		default:
+			return false, nil // something else is wrong too: do not add to it
+		}
+	}
+	if broken == nil {
+		return false, nil
+	}
+	r.event(c, corev1.EventTypeWarning, "RecloningInstance", "Heal", "Replacing replica %s with a fresh copy of the primary: postgres crashed %d times (%s)",
+		broken.name, broken.status.Restarts, broken.status.LastError)
+	return true, r.removeInstance(ctx, broken)
+}
+
+func brokenReplica(m, primary *member) bool {
+	return m.name != primary.name && m.pod != nil && m.status != nil &&
+		m.status.Phase == instanceapi.PhaseCrashed && m.status.Restarts >= crashesBeforeReclone &&
+		m.pod.Annotations[AnnotationHash] == primary.pod.Annotations[AnnotationHash]
+}
+
+// removeInstance deletes an instance's pod and volume.
+func (r *ClusterReconciler) removeInstance(ctx context.Context, m *member) error {
+	if m.pod != nil {
+		if err := r.Delete(ctx, m.pod); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("while deleting the pod of %s: %w", m.name, err)
+		}
+	}
+	if m.pvc != nil {
+		if err := r.Delete(ctx, m.pvc); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("while deleting the volume of %s: %w", m.name, err)
+		}
 	}
 	return nil
 }
