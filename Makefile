@@ -116,10 +116,6 @@ images: ## Build the operator and PostgreSQL images; load them into the local cl
 .PHONY: deploy
 deploy: ## Install the operator (config/default) into the cluster in KUBECONFIG and wait for it.
 	kubectl apply -k config/default
-	@# The image tag stays tusk/operator:dev; a rebuilt binary rolls the
-	@# operator (and only then) through an annotation with its checksum.
-	@if [ -f bin/tusk ]; then kubectl -n tusk-system patch deployment tusk-operator --type=merge \
-	  -p "{\"spec\":{\"template\":{\"metadata\":{\"annotations\":{\"tusk.dev/binary-sha256\":\"$$(sha256sum bin/tusk | cut -c1-16)\"}}}}}"; fi
 	kubectl -n tusk-system rollout status deployment/tusk-operator --timeout=180s
 
 .PHONY: undeploy
