@@ -16,37 +16,37 @@ import (
 // when what Tusk builds changed. The comparison is by a hash of the built
 // object kept in an annotation, so a settled object costs no write and
 // fields the API server or other controllers fill in are not fought over.
-func (r *ClusterReconciler) applyOwned(ctx context.Context, owner client.Object, obj client.Object) (bool, error) {
+func (r *ClusterReconciler) applyOwned(ctx context.Context, owner client.Object, obj client.Object) error {
 	if err := controllerutil.SetControllerReference(owner, obj, r.Scheme()); err != nil {
-		return false, err
+		return err
 	}
 	hash, err := hashOf(obj)
 	if err != nil {
-		return false, err
+		return err
 	}
 	setAnnotation(obj, AnnotationHash, hash)
 	existing, ok := obj.DeepCopyObject().(client.Object)
 	if !ok {
-		return false, fmt.Errorf("%T is not a client.Object", obj)
+		return fmt.Errorf("%T is not a client.Object", obj)
 	}
 	err = r.Get(ctx, client.ObjectKeyFromObject(obj), existing)
 	kind := fmt.Sprintf("%T %s", obj, obj.GetName())
 	switch {
 	case apierrors.IsNotFound(err):
 		if err := r.Create(ctx, obj); err != nil {
-			return false, fmt.Errorf("while creating %s: %w", kind, err)
+			return fmt.Errorf("while creating %s: %w", kind, err)
 		}
-		return true, nil
+		return nil
 	case err != nil:
-		return false, fmt.Errorf("while reading %s: %w", kind, err)
+		return fmt.Errorf("while reading %s: %w", kind, err)
 	case existing.GetAnnotations()[AnnotationHash] == hash:
-		return false, nil
+		return nil
 	}
 	obj.SetResourceVersion(existing.GetResourceVersion())
 	if err := r.Update(ctx, obj); err != nil {
-		return false, fmt.Errorf("while updating %s: %w", kind, err)
+		return fmt.Errorf("while updating %s: %w", kind, err)
 	}
-	return true, nil
+	return nil
 }
 
 // hashOf is a short, stable hash of v's JSON form (maps are sorted).

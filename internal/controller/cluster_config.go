@@ -62,7 +62,7 @@ func (r *ClusterReconciler) reconcileConfig(ctx context.Context, c *tuskv1alpha1
 		return err
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: objectMeta(c, configConfigMapName(c)), Data: map[string]string{configFileName: string(data)}}
-	if _, err := r.applyOwned(ctx, c, cm); err != nil {
+	if err := r.applyOwned(ctx, c, cm); err != nil {
 		return err
 	}
 	hash, err := hashOf(cfg)

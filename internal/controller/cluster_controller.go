@@ -130,10 +130,7 @@ func (r *ClusterReconciler) reconcileMembers(ctx context.Context, c *tuskv1alpha
 	p.scaling = changed
 	if primary := v.member(c.Status.CurrentPrimary); primary == nil || !primary.ready() {
 		// Creating until the first primary has served once.
-		switch c.Status.Phase {
-		case "", tuskv1alpha1.ClusterPhasePending, tuskv1alpha1.ClusterPhaseCreating:
-			p.creating = true
-		}
+		p.creating = stillCreating(c)
 	}
 	if err != nil || changed {
 		return p, err

@@ -4,16 +4,29 @@ package controller
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/pki"
 	"tusk.dev/tusk/internal/testenv"
 )
 
@@ -33,44 +46,298 @@ func newCluster(ns string) *tuskv1alpha1.PostgresCluster {
 	}
 }
 
-// observed waits until the cluster's status describes its current spec.
-func observed(t *testing.T, key client.ObjectKey) *tuskv1alpha1.PostgresCluster {
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := env.Client.Create(context.Background(), obj); err != nil {
+		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+// clusterWhen waits until the cluster satisfies cond, which explains why not.
+func clusterWhen(t *testing.T, key client.ObjectKey, cond func(c *tuskv1alpha1.PostgresCluster) error) *tuskv1alpha1.PostgresCluster {
 	t.Helper()
 	got := &tuskv1alpha1.PostgresCluster{}
 	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
 		if err := env.Client.Get(ctx, key, got); err != nil {
 			return err
 		}
-		if got.Status.ObservedGeneration != got.Generation {
-			return fmt.Errorf("observedGeneration %d, generation %d", got.Status.ObservedGeneration, got.Generation)
-		}
-		return nil
+		return cond(got)
 	})
 	return got
 }
 
-// TestSettledClusterIsNotRewritten: reconciling an object whose status is
-// already right makes no API write, so an operator restart or resync changes
-// nothing that is healthy.
+// condition checks one condition's status and, when reason is set, reason.
+func condition(c *tuskv1alpha1.PostgresCluster, typ string, status metav1.ConditionStatus, reason string) error {
+	cond := meta.FindStatusCondition(c.Status.Conditions, typ)
+	switch {
+	case cond == nil:
+		return fmt.Errorf("no %s condition in %+v", typ, c.Status)
+	case cond.Status != status || (reason != "" && cond.Reason != reason):
+		return fmt.Errorf("%s=%s (%s: %s), want %s %s", typ, cond.Status, cond.Reason, cond.Message, status, reason)
+	case cond.ObservedGeneration != c.Generation:
+		return fmt.Errorf("%s describes generation %d, not %d", typ, cond.ObservedGeneration, c.Generation)
+	}
+	return nil
+}
+
+// creating is the state a new cluster settles in under envtest: instance
+// 1 created, waiting for it to become ready.
+func creating(c *tuskv1alpha1.PostgresCluster) error {
+	st := c.Status
+	switch {
+	case st.ObservedGeneration != c.Generation:
+		return fmt.Errorf("observedGeneration %d, generation %d", st.ObservedGeneration, c.Generation)
+	case st.Phase != tuskv1alpha1.ClusterPhaseCreating:
+		return fmt.Errorf("phase %q, want Creating", st.Phase)
+	case st.CurrentPrimary != "pg-1" || st.TargetPrimary != "pg-1" || st.LastInstanceSerial != 1:
+		return fmt.Errorf("currentPrimary %q, targetPrimary %q, lastInstanceSerial %d; want pg-1, pg-1, 1",
+			st.CurrentPrimary, st.TargetPrimary, st.LastInstanceSerial)
+	}
+	return errors.Join(
+		condition(c, ConditionReady, metav1.ConditionFalse, ""),
+		condition(c, ConditionProgressing, metav1.ConditionTrue, ReasonCreating))
+}
+
+func get[T client.Object](t *testing.T, ns, name string, obj T) T {
+	t.Helper()
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		return env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj)
+	})
+	return obj
+}
+
+func TestNewClusterCreatesItsObjects(t *testing.T) {
+	ns := newNamespace(t)
+	cluster := newCluster(ns)
+	cluster.Spec.Storage.Size = resource.MustParse("3Gi")
+	create(t, cluster)
+	c := clusterWhen(t, client.ObjectKeyFromObject(cluster), creating)
+	if !slices.Contains(c.Finalizers, FinalizerCleanup) {
+		t.Errorf("finalizers %v, want %s", c.Finalizers, FinalizerCleanup)
+	}
+
+	pvc := get(t, ns, "pg-1", &corev1.PersistentVolumeClaim{})
+	if len(pvc.OwnerReferences) != 0 {
+		t.Errorf("PVC pg-1 has owners %v: it must outlive the cluster", pvc.OwnerReferences)
+	}
+	checkLabels(t, "PVC pg-1", pvc.Labels, map[string]string{LabelCluster: "pg", LabelInstance: "pg-1"})
+	if size := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; size.Cmp(resource.MustParse("3Gi")) != 0 {
+		t.Errorf("PVC pg-1 requests %s, want 3Gi", size.String())
+	}
+
+	pod := get(t, ns, "pg-1", &corev1.Pod{})
+	checkOwnedBy(t, pod, c)
+	checkLabels(t, "pod pg-1", pod.Labels, map[string]string{LabelCluster: "pg", LabelInstance: "pg-1", LabelRole: "primary"})
+	if got, want := pod.Annotations[AnnotationHash], podSpecHash(c, testConfig.InstanceManagerImage); got != want {
+		t.Errorf("pod pg-1 hash %q, want %q", got, want)
+	}
+	if pod.Spec.Volumes[0].PersistentVolumeClaim == nil || pod.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != "pg-1" {
+		t.Errorf("pod pg-1 does not mount PVC pg-1: %+v", pod.Spec.Volumes[0])
+	}
+
+	for name, role := range map[string]string{"pg-rw": "primary", "pg-ro": "replica", "pg-r": ""} {
+		svc := get(t, ns, name, &corev1.Service{})
+		checkOwnedBy(t, svc, c)
+		want := map[string]string{LabelCluster: "pg"}
+		if role != "" {
+			want[LabelRole] = role
+		}
+		if !maps.Equal(svc.Spec.Selector, want) {
+			t.Errorf("Service %s selects %v, want %v", name, svc.Spec.Selector, want)
+		}
+	}
+	checkCredentials(t, c)
+	checkTLSSecrets(t, c)
+	for _, name := range []string{"pg-ca", "pg-config"} {
+		checkOwnedBy(t, get(t, ns, name, &corev1.ConfigMap{}), c)
+	}
+	for _, name := range []string{"pg-primary", "pg-replicas"} {
+		checkOwnedBy(t, get(t, ns, name, &policyv1.PodDisruptionBudget{}), c)
+	}
+	waitForEvent(t, ns, "CreatedInstance", "pg-1")
+}
+
+func checkLabels(t *testing.T, what string, got, want map[string]string) {
+	t.Helper()
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s label %s=%q, want %q", what, k, got[k], v)
+		}
+	}
+}
+
+func checkOwnedBy(t *testing.T, obj client.Object, c *tuskv1alpha1.PostgresCluster) {
+	t.Helper()
+	owner := metav1.GetControllerOf(obj)
+	if owner == nil || owner.UID != c.UID || owner.Kind != "PostgresCluster" {
+		t.Errorf("%T %s is controlled by %+v, want the cluster", obj, obj.GetName(), owner)
+	}
+}
+
+func checkCredentials(t *testing.T, c *tuskv1alpha1.PostgresCluster) {
+	t.Helper()
+	for name, user := range map[string]string{"pg-superuser": "postgres", "pg-app": "app"} {
+		s := get(t, c.Namespace, name, &corev1.Secret{})
+		checkOwnedBy(t, s, c)
+		if s.Type != corev1.SecretTypeBasicAuth {
+			t.Errorf("Secret %s has type %s", name, s.Type)
+		}
+		for _, key := range []string{keyUsername, keyPassword, keyDBName, keyHost, keyPort, keyURI, keyJDBCURI, keyPgpass, keyCACert} {
+			if len(s.Data[key]) == 0 {
+				t.Errorf("Secret %s has no %s", name, key)
+			}
+		}
+		if string(s.Data[keyUsername]) != user || string(s.Data[keyHost]) != "pg-rw."+c.Namespace+".svc" {
+			t.Errorf("Secret %s is for %s@%s", name, s.Data[keyUsername], s.Data[keyHost])
+		}
+	}
+}
+
+func checkTLSSecrets(t *testing.T, c *tuskv1alpha1.PostgresCluster) {
+	t.Helper()
+	ca := get(t, c.Namespace, "pg-ca", &corev1.Secret{})
+	for _, key := range []string{keyCACert, keyCAKey, keyOperatorCert, keyOperatorKey} {
+		if len(ca.Data[key]) == 0 {
+			t.Errorf("Secret pg-ca has no %s", key)
+		}
+	}
+	verifyServerCert(t, c, ca.Data[keyCACert])
+	repl := get(t, c.Namespace, "pg-replication", &corev1.Secret{})
+	cert, err := pki.ParseCertificate(repl.Data[keyTLSCert])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cert.Subject.CommonName != replicationUser {
+		t.Errorf("replication certificate for %q, want %q", cert.Subject.CommonName, replicationUser)
+	}
+	if err := pki.SignedBy(repl.Data[keyTLSCert], ca.Data[keyCACert]); err != nil {
+		t.Errorf("replication certificate: %v", err)
+	}
+}
+
+// verifyServerCert checks pg-server's certificate serves pg-rw.<ns>.svc
+// under the CA caPEM.
+func verifyServerCert(t *testing.T, c *tuskv1alpha1.PostgresCluster, caPEM []byte) {
+	t.Helper()
+	server := get(t, c.Namespace, "pg-server", &corev1.Secret{})
+	if server.Type != corev1.SecretTypeTLS || len(server.Data[keyTLSKey]) == 0 {
+		t.Errorf("Secret pg-server: type %s, %d bytes of key", server.Type, len(server.Data[keyTLSKey]))
+	}
+	block, _ := pem.Decode(server.Data[keyTLSCert])
+	if block == nil {
+		t.Fatal("pg-server's tls.crt is not PEM")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		t.Fatal("no CA certificate to verify with")
+	}
+	_, err = cert.Verify(x509.VerifyOptions{
+		DNSName: "pg-rw." + c.Namespace + ".svc", Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	})
+	if err != nil {
+		t.Errorf("pg-server's certificate: %v", err)
+	}
+}
+
+// waitForEvent waits for an events.k8s.io/v1 Event with reason whose note
+// mentions what.
+func waitForEvent(t *testing.T, ns, reason, what string) *eventsv1.Event {
+	t.Helper()
+	var found *eventsv1.Event
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		var list eventsv1.EventList
+		if err := env.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for i, e := range list.Items {
+			if e.Reason == reason && strings.Contains(e.Note, what) {
+				found = &list.Items[i]
+				return nil
+			}
+		}
+		return fmt.Errorf("no Event %s about %s among %d", reason, what, len(list.Items))
+	})
+	return found
+}
+
+// versions are the resourceVersions of a cluster and everything it has.
+func versions(t *testing.T, c *tuskv1alpha1.PostgresCluster) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	got := &tuskv1alpha1.PostgresCluster{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(c), got); err != nil {
+		t.Fatal(err)
+	}
+	out["cluster"] = got.ResourceVersion
+	lists := []client.ObjectList{&corev1.PodList{}, &corev1.PersistentVolumeClaimList{}, &corev1.ServiceList{},
+		&corev1.SecretList{}, &corev1.ConfigMapList{}, &policyv1.PodDisruptionBudgetList{}}
+	for _, list := range lists {
+		if err := env.Client.List(ctx, list, client.InNamespace(c.Namespace)); err != nil {
+			t.Fatal(err)
+		}
+		if err := meta.EachListItem(list, func(o runtime.Object) error {
+			obj := o.(client.Object)
+			out[fmt.Sprintf("%T/%s", obj, obj.GetName())] = obj.GetResourceVersion()
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// settle waits until nothing of the cluster changes for a while: the
+// manager in the suite reconciles it too.
+func settle(t *testing.T, c *tuskv1alpha1.PostgresCluster) map[string]string {
+	t.Helper()
+	var last map[string]string
+	stable := 0
+	testenv.Eventually(t, waitTimeout, func(context.Context) error {
+		now := versions(t, c)
+		if maps.Equal(now, last) {
+			stable++
+		} else {
+			stable = 0
+		}
+		last = now
+		if stable < 60 { // 3 s unchanged, longer than the 2 s requeue
+			return errors.New("objects still change")
+		}
+		return nil
+	})
+	return last
+}
+
+// TestSettledClusterIsNotRewritten: reconciling a cluster whose objects and
+// status are already right makes no API write, so an operator restart or
+// resync changes nothing.
 func TestSettledClusterIsNotRewritten(t *testing.T) {
 	ctx := context.Background()
 	cluster := newCluster(newNamespace(t))
-	if err := env.Client.Create(ctx, cluster); err != nil {
-		t.Fatal(err)
-	}
-	settled := observed(t, client.ObjectKeyFromObject(cluster))
+	create(t, cluster)
+	clusterWhen(t, client.ObjectKeyFromObject(cluster), creating)
+	before := settle(t, cluster)
 
 	r := &ClusterReconciler{Client: env.Client, Config: testConfig}
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(cluster)}
-	if _, err := r.Reconcile(ctx, req); err != nil {
-		t.Fatal(err)
+	for range 2 {
+		if _, err := r.Reconcile(ctx, req); err != nil {
+			t.Fatal(err)
+		}
 	}
-	again := &tuskv1alpha1.PostgresCluster{}
-	if err := env.Client.Get(ctx, req.NamespacedName, again); err != nil {
-		t.Fatal(err)
+	after := versions(t, cluster)
+	for k, v := range after {
+		if before[k] != v {
+			t.Errorf("%s: resourceVersion went from %s to %s: a settled object was rewritten", k, before[k], v)
+		}
 	}
-	if again.ResourceVersion != settled.ResourceVersion {
-		t.Fatalf("resourceVersion went from %s to %s: a settled cluster was rewritten", settled.ResourceVersion, again.ResourceVersion)
+	if len(after) != len(before) {
+		t.Errorf("objects before %v, after %v", before, after)
 	}
 }
 
@@ -79,5 +346,195 @@ func TestReconcileOfDeletedClusterIsQuiet(t *testing.T) {
 	req := ctrl.Request{NamespacedName: client.ObjectKey{Namespace: newNamespace(t), Name: "gone"}}
 	if res, err := r.Reconcile(context.Background(), req); err != nil || !res.IsZero() {
 		t.Fatalf("reconcile of a missing cluster: %+v, %v; want no requeue and no error", res, err)
+	}
+}
+
+func TestDeletedPodComesBackOnItsVolume(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cluster := newCluster(ns)
+	create(t, cluster)
+	clusterWhen(t, client.ObjectKeyFromObject(cluster), creating)
+	pod := get(t, ns, "pg-1", &corev1.Pod{})
+	pvc := get(t, ns, "pg-1", &corev1.PersistentVolumeClaim{})
+
+	if err := env.Client.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		again := &corev1.Pod{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pod), again); err != nil {
+			return err
+		}
+		if again.UID == pod.UID {
+			return errors.New("still the old pod")
+		}
+		if claim := again.Spec.Volumes[0].PersistentVolumeClaim; claim == nil || claim.ClaimName != "pg-1" {
+			return fmt.Errorf("the new pod mounts %+v", again.Spec.Volumes[0])
+		}
+		if again.Labels[LabelRole] != "primary" {
+			return fmt.Errorf("the new pod has role %q", again.Labels[LabelRole])
+		}
+		return nil
+	})
+	samePVC := get(t, ns, "pg-1", &corev1.PersistentVolumeClaim{})
+	if samePVC.UID != pvc.UID || samePVC.DeletionTimestamp != nil {
+		t.Errorf("PVC pg-1 was replaced or is being deleted")
+	}
+	waitForEvent(t, ns, "RecreatedInstance", "pg-1")
+	c := clusterWhen(t, client.ObjectKeyFromObject(cluster), creating)
+	if c.Status.LastInstanceSerial != 1 {
+		t.Errorf("lastInstanceSerial %d: recreating a pod took a new serial", c.Status.LastInstanceSerial)
+	}
+}
+
+func noPods(t *testing.T, ns string) {
+	t.Helper()
+	var pods corev1.PodList
+	if err := env.Client.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 0 {
+		t.Errorf("%d pods created for an invalid spec", len(pods.Items))
+	}
+}
+
+func failed(reason string) func(c *tuskv1alpha1.PostgresCluster) error {
+	return func(c *tuskv1alpha1.PostgresCluster) error {
+		if c.Status.ObservedGeneration != c.Generation || c.Status.Phase != tuskv1alpha1.ClusterPhaseFailed {
+			return fmt.Errorf("phase %q for generation %d/%d, want Failed", c.Status.Phase, c.Status.ObservedGeneration, c.Generation)
+		}
+		return condition(c, ConditionReady, metav1.ConditionFalse, reason)
+	}
+}
+
+func TestRecoveryBootstrapIsRefused(t *testing.T) {
+	ns := newNamespace(t)
+	cluster := newCluster(ns)
+	cluster.Spec.Bootstrap = &tuskv1alpha1.BootstrapSpec{Recovery: &tuskv1alpha1.RecoverySpec{
+		Backup: &corev1.LocalObjectReference{Name: "x"},
+	}}
+	create(t, cluster)
+	clusterWhen(t, client.ObjectKeyFromObject(cluster), failed(ReasonBootstrapNotImplemented))
+	e := waitForEvent(t, ns, ReasonBootstrapNotImplemented, "initdb")
+	if e.Type != corev1.EventTypeWarning || e.Regarding.Name != "pg" {
+		t.Errorf("Event %s about %s, want a Warning about pg", e.Type, e.Regarding.Name)
+	}
+	noPods(t, ns)
+}
+
+func TestMissingSuperuserSecretWaitsForIt(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cluster := newCluster(ns)
+	cluster.Spec.SuperuserSecret = &corev1.LocalObjectReference{Name: "root"}
+	create(t, cluster)
+	key := client.ObjectKeyFromObject(cluster)
+	clusterWhen(t, key, failed(ReasonSecretInvalid))
+	waitForEvent(t, ns, ReasonSecretInvalid, "root")
+	noPods(t, ns)
+
+	create(t, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: ns},
+		Data:       map[string][]byte{keyPassword: []byte("s3cret:\\")},
+	})
+	// The reconciler retries spec errors after a minute; an edit of the
+	// cluster makes it look now.
+	c := &tuskv1alpha1.PostgresCluster{}
+	if err := env.Client.Get(ctx, key, c); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(c.DeepCopy())
+	c.Annotations = map[string]string{"test.tusk.dev/touch": "1"}
+	if err := env.Client.Patch(ctx, c, patch); err != nil {
+		t.Fatal(err)
+	}
+	pod := get(t, ns, "pg-1", &corev1.Pod{})
+	if v := findVolume(pod, "superuser"); v == nil || v.Secret == nil || v.Secret.SecretName != "root" {
+		t.Errorf("pod pg-1 mounts %+v as the superuser's Secret, want root", v)
+	}
+	clusterWhen(t, key, creating)
+	s := get(t, ns, "pg-superuser", &corev1.Secret{})
+	if string(s.Data[keyPassword]) != "s3cret:\\" {
+		t.Errorf("pg-superuser has password %q, not the user's", s.Data[keyPassword])
+	}
+}
+
+func findVolume(pod *corev1.Pod, name string) *corev1.Volume {
+	for i := range pod.Spec.Volumes {
+		if pod.Spec.Volumes[i].Name == name {
+			return &pod.Spec.Volumes[i]
+		}
+	}
+	return nil
+}
+
+func TestDeletionFollowsReclaimPolicy(t *testing.T) {
+	for _, policy := range []tuskv1alpha1.ReclaimPolicy{tuskv1alpha1.ReclaimDelete, tuskv1alpha1.ReclaimRetain} {
+		t.Run(string(policy), func(t *testing.T) {
+			ctx := context.Background()
+			ns := newNamespace(t)
+			cluster := newCluster(ns)
+			cluster.Spec.Storage.ReclaimPolicy = policy
+			create(t, cluster)
+			clusterWhen(t, client.ObjectKeyFromObject(cluster), creating)
+			pvc := get(t, ns, "pg-1", &corev1.PersistentVolumeClaim{})
+
+			if err := env.Client.Delete(ctx, cluster); err != nil {
+				t.Fatal(err)
+			}
+			testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+				err := env.Client.Get(ctx, client.ObjectKeyFromObject(cluster), &tuskv1alpha1.PostgresCluster{})
+				if apierrors.IsNotFound(err) {
+					return nil
+				}
+				return fmt.Errorf("the cluster is still there (%w)", err)
+			})
+			after := &corev1.PersistentVolumeClaim{}
+			err := env.Client.Get(ctx, client.ObjectKeyFromObject(pvc), after)
+			switch {
+			case policy == tuskv1alpha1.ReclaimDelete && apierrors.IsNotFound(err):
+				// Deleted (envtest keeps it only while pvc-protection holds it).
+			case err != nil:
+				t.Errorf("PVC pg-1: %v", err)
+			case policy == tuskv1alpha1.ReclaimDelete && after.DeletionTimestamp == nil:
+				t.Error("PVC pg-1 is not being deleted")
+			case policy == tuskv1alpha1.ReclaimRetain &&
+				(after.DeletionTimestamp != nil || after.ResourceVersion != pvc.ResourceVersion):
+				t.Errorf("PVC pg-1 was touched: deletionTimestamp %v, resourceVersion %s → %s",
+					after.DeletionTimestamp, pvc.ResourceVersion, after.ResourceVersion)
+			}
+		})
+	}
+}
+
+func TestUserCASignsTheServerCertificate(t *testing.T) {
+	ns := newNamespace(t)
+	ca, err := pki.NewCA("user CA", time.Hour*24*365, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	create(t, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "my-ca", Namespace: ns},
+		Data:       map[string][]byte{keyCACert: ca.CertPEM, keyCAKey: ca.KeyPEM},
+	})
+	cluster := newCluster(ns)
+	cluster.Spec.TLS = &tuskv1alpha1.TLSSpec{CASecret: &corev1.LocalObjectReference{Name: "my-ca"}}
+	create(t, cluster)
+	c := clusterWhen(t, client.ObjectKeyFromObject(cluster), creating)
+
+	verifyServerCert(t, c, ca.CertPEM)
+	own := get(t, ns, "pg-ca", &corev1.Secret{})
+	if _, ok := own.Data[keyCAKey]; ok {
+		t.Error("pg-ca holds a ca.key although the CA is the user's")
+	}
+	if string(own.Data[keyCACert]) != string(ca.CertPEM) {
+		t.Error("pg-ca's ca.crt is not the user's CA")
+	}
+	if cm := get(t, ns, "pg-ca", &corev1.ConfigMap{}); cm.Data[keyCACert] != string(ca.CertPEM) {
+		t.Error("ConfigMap pg-ca does not publish the user's CA")
+	}
+	if err := pki.SignedBy(own.Data[keyOperatorCert], ca.CertPEM); err != nil {
+		t.Errorf("operator certificate: %v", err)
 	}
 }

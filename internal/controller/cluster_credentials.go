@@ -45,7 +45,7 @@ func (r *ClusterReconciler) reconcileCredentials(ctx context.Context, c *tuskv1a
 		return err
 	}
 	superuser.dbname = "postgres"
-	if _, err := r.applyOwned(ctx, c, credentialSecret(c, superuserSecretName(c), superuser, caPEM)); err != nil {
+	if err := r.applyOwned(ctx, c, credentialSecret(c, superuserSecretName(c), superuser, caPEM)); err != nil {
 		return err
 	}
 	init := initDB(c)
@@ -54,7 +54,7 @@ func (r *ClusterReconciler) reconcileCredentials(ctx context.Context, c *tuskv1a
 		return err
 	}
 	app.dbname = init.Database
-	_, err = r.applyOwned(ctx, c, credentialSecret(c, appSecretName(c), app, caPEM))
+	err = r.applyOwned(ctx, c, credentialSecret(c, appSecretName(c), app, caPEM))
 	return err
 }
 

@@ -17,7 +17,7 @@ import (
 // list ready pods only, so -ro and -r follow instance readiness.
 func (r *ClusterReconciler) reconcileServices(ctx context.Context, c *tuskv1alpha1.PostgresCluster) error {
 	for _, svc := range clusterServices(c) {
-		if _, err := r.applyOwned(ctx, c, svc); err != nil {
+		if err := r.applyOwned(ctx, c, svc); err != nil {
 			return err
 		}
 	}
@@ -58,7 +58,7 @@ func service(c *tuskv1alpha1.PostgresCluster, name string, selector map[string]s
 func (r *ClusterReconciler) reconcilePDBs(ctx context.Context, c *tuskv1alpha1.PostgresCluster) error {
 	for _, pdb := range clusterPDBs(c) {
 		if c.Spec.Instances > 1 {
-			if _, err := r.applyOwned(ctx, c, pdb); err != nil {
+			if err := r.applyOwned(ctx, c, pdb); err != nil {
 				return err
 			}
 			continue

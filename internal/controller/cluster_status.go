@@ -27,7 +27,7 @@ func setStatus(c *tuskv1alpha1.PostgresCluster, v *view, p progress) {
 	st.ObservedGeneration = c.Generation
 	st.Selector = metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: clusterLabels(c)})
 	st.Instances = instanceStatuses(c, v)
-	st.ReadyInstances = int32(v.readyCount())
+	st.ReadyInstances = int32(v.readyCount()) //nolint:gosec // at most spec.instances (16) plus a few being removed
 	progressing := progressingCondition(c, v, p)
 	degraded := degradedCondition(c, v, p)
 	setCondition(c, progressing)
@@ -143,6 +143,21 @@ func readyCondition(c *tuskv1alpha1.PostgresCluster, progressing, degraded metav
 		cond.Message = fmt.Sprintf("%d instances ready; %s is the primary", c.Spec.Instances, c.Status.CurrentPrimary)
 	}
 	return cond
+}
+
+// stillCreating says the cluster's first primary has not served yet, going
+// by the phase recorded: a spec error (phase Failed) met before anything
+// but creation had been recorded leaves the cluster creating, so fixing
+// the spec resumes the creation rather than passing for a scale-up.
+func stillCreating(c *tuskv1alpha1.PostgresCluster) bool {
+	switch c.Status.Phase {
+	case "", tuskv1alpha1.ClusterPhasePending, tuskv1alpha1.ClusterPhaseCreating:
+		return true
+	case tuskv1alpha1.ClusterPhaseFailed:
+		prog := meta.FindStatusCondition(c.Status.Conditions, ConditionProgressing)
+		return prog == nil || prog.Reason == ReasonCreating
+	}
+	return false
 }
 
 func phase(p progress, progressing, degraded metav1.Condition) tuskv1alpha1.ClusterPhase {

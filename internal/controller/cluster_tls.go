@@ -71,7 +71,7 @@ func (r *ClusterReconciler) reconcileTLS(ctx context.Context, c *tuskv1alpha1.Po
 		data[keyCAKey] = ca.KeyPEM
 	}
 	caSecret := secret(c, caSecretName(c), corev1.SecretTypeOpaque, data)
-	if _, err := r.applyOwned(ctx, c, caSecret); err != nil {
+	if err := r.applyOwned(ctx, c, caSecret); err != nil {
 		return nil, err
 	}
 	if err := r.reconcileLeafSecret(ctx, c, serverSecretName(c), ca, serverNames(c), func() (pki.KeyPair, error) {
@@ -88,7 +88,7 @@ func (r *ClusterReconciler) reconcileTLS(ctx context.Context, c *tuskv1alpha1.Po
 		ObjectMeta: objectMeta(c, caConfigMapName(c)),
 		Data:       map[string]string{keyCACert: string(ca.CertPEM)},
 	}
-	if _, err := r.applyOwned(ctx, c, caMap); err != nil {
+	if err := r.applyOwned(ctx, c, caMap); err != nil {
 		return nil, err
 	}
 	return &clusterTLS{ca: ca, caSecret: caSecret}, nil
@@ -128,7 +128,7 @@ func (r *ClusterReconciler) reconcileLeafSecret(ctx context.Context, c *tuskv1al
 		return err
 	}
 	s := secret(c, name, corev1.SecretTypeTLS, map[string][]byte{keyTLSCert: kp.CertPEM, keyTLSKey: kp.KeyPEM, keyCACert: ca.CertPEM})
-	_, err = r.applyOwned(ctx, c, s)
+	err = r.applyOwned(ctx, c, s)
 	return err
 }
 

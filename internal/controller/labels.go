@@ -38,10 +38,12 @@ func instanceName(cluster string, serial int32) string {
 	return cluster + "-" + strconv.Itoa(int(serial))
 }
 
-// instanceSerial is the serial number in an instance name, or 0.
+// instanceSerial is the serial number in an instance name, or 0 when name
+// is not one instanceName makes (such as pg-01, which would otherwise pass
+// for pg-1).
 func instanceSerial(cluster, name string) int32 {
 	n, err := strconv.ParseInt(strings.TrimPrefix(name, cluster+"-"), 10, 32)
-	if err != nil || !strings.HasPrefix(name, cluster+"-") || n < 1 {
+	if err != nil || n < 1 || instanceName(cluster, int32(n)) != name {
 		return 0
 	}
 	return int32(n)
