@@ -108,3 +108,33 @@ func TestIsDataDir(t *testing.T) {
 		t.Fatal("PG_VERSION and global/pg_control make a data directory")
 	}
 }
+
+func TestChangedPasswords(t *testing.T) {
+	old := secrets{superuserPassword: "su", replicationPassword: "repl", appPassword: "app"}
+	tests := []struct {
+		name          string
+		next          secrets
+		owner         string
+		byPassword    bool
+		wantRoles     string
+		wantPasswords string
+	}{
+		{"nothing changed", old, "app", true, "", ""},
+		{"all changed", secrets{superuserPassword: "su2", replicationPassword: "repl2", appPassword: "app2"}, "owner", true,
+			"postgres tusk_replication owner", "su2 repl2 app2"},
+		{"replication by certificate", secrets{superuserPassword: "su", replicationPassword: "repl2", appPassword: "app"}, "app", false, "", ""},
+		{"no application owner", secrets{superuserPassword: "su", replicationPassword: "repl", appPassword: "app2"}, "", true, "", ""},
+		{"a file no longer given", secrets{superuserPassword: "su", appPassword: "app"}, "app", true, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var roles, passwords []string
+			for _, c := range changedPasswords(old, tt.next, tt.owner, tt.byPassword) {
+				roles, passwords = append(roles, c.role), append(passwords, c.password)
+			}
+			if strings.Join(roles, " ") != tt.wantRoles || strings.Join(passwords, " ") != tt.wantPasswords {
+				t.Fatalf("changed %v %v, want %q %q", roles, passwords, tt.wantRoles, tt.wantPasswords)
+			}
+		})
+	}
+}
