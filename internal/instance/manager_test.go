@@ -42,6 +42,15 @@ func TestOptionsValidate(t *testing.T) {
 			t.Errorf("validate() = %v, want it to mention %q", err, want)
 		}
 	}
+	withTLS := valid
+	withTLS.TLS = TLSOptions{Dir: "/tls", ReplicationDir: "/repl-tls"}
+	if err := withTLS.validate(); err != nil {
+		t.Fatalf("TLS options refused: %v", err)
+	}
+	withTLS.TLS.Dir = ""
+	if err := withTLS.validate(); err == nil || !strings.Contains(err.Error(), "needs the server certificate") {
+		t.Errorf("a replication certificate without a server certificate: %v", err)
+	}
 }
 
 func TestPgpassEscape(t *testing.T) {
