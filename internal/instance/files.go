@@ -12,11 +12,15 @@ import (
 	"tusk.dev/tusk/internal/instanceapi"
 )
 
-// secrets are the passwords the manager uses, read once at start.
+// secrets are the passwords the manager uses, read at start and again when
+// their files change.
 type secrets struct {
 	superuserPassword   string
 	replicationPassword string
 	appPassword         string
+	// previousSuperuserPassword is the one before the last change, still
+	// valid on a replica until the primary's change is replayed.
+	previousSuperuserPassword string
 }
 
 func readSecrets(files SecretFiles) (secrets, error) {

@@ -138,6 +138,8 @@ type state struct {
 	config    instanceapi.Config
 	restarts  int
 	lastError string
+	// lastPasswordRotation is when a changed password file was applied.
+	lastPasswordRotation time.Time
 }
 
 // operation is work that must not overlap with supervision: role changes,

@@ -42,6 +42,15 @@ func TestOptionsValidate(t *testing.T) {
 			t.Errorf("validate() = %v, want it to mention %q", err, want)
 		}
 	}
+	withTLS := valid
+	withTLS.TLS = TLSOptions{Dir: "/tls", ReplicationDir: "/repl-tls"}
+	if err := withTLS.validate(); err != nil {
+		t.Fatalf("TLS options refused: %v", err)
+	}
+	withTLS.TLS.Dir = ""
+	if err := withTLS.validate(); err == nil || !strings.Contains(err.Error(), "needs the server certificate") {
+		t.Errorf("a replication certificate without a server certificate: %v", err)
+	}
 }
 
 func TestPgpassEscape(t *testing.T) {
@@ -106,5 +115,35 @@ func TestIsDataDir(t *testing.T) {
 	}
 	if !isDataDir(dir) {
 		t.Fatal("PG_VERSION and global/pg_control make a data directory")
+	}
+}
+
+func TestChangedPasswords(t *testing.T) {
+	old := secrets{superuserPassword: "su", replicationPassword: "repl", appPassword: "app"}
+	tests := []struct {
+		name          string
+		next          secrets
+		owner         string
+		byPassword    bool
+		wantRoles     string
+		wantPasswords string
+	}{
+		{"nothing changed", old, "app", true, "", ""},
+		{"all changed", secrets{superuserPassword: "su2", replicationPassword: "repl2", appPassword: "app2"}, "owner", true,
+			"postgres tusk_replication owner", "su2 repl2 app2"},
+		{"replication by certificate", secrets{superuserPassword: "su", replicationPassword: "repl2", appPassword: "app"}, "app", false, "", ""},
+		{"no application owner", secrets{superuserPassword: "su", replicationPassword: "repl", appPassword: "app2"}, "", true, "", ""},
+		{"a file no longer given", secrets{superuserPassword: "su", appPassword: "app"}, "app", true, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var roles, passwords []string
+			for _, c := range changedPasswords(old, tt.next, tt.owner, tt.byPassword) {
+				roles, passwords = append(roles, c.role), append(passwords, c.password)
+			}
+			if strings.Join(roles, " ") != tt.wantRoles || strings.Join(passwords, " ") != tt.wantPasswords {
+				t.Fatalf("changed %v %v, want %q %q", roles, passwords, tt.wantRoles, tt.wantPasswords)
+			}
+		})
 	}
 }

@@ -21,23 +21,6 @@ const (
 	monitorRole = "tusk_monitor"
 )
 
-// connect opens a superuser session to the postgres database over the
-// unix socket.
-func (m *Manager) connect(ctx context.Context) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig("")
-	if err != nil {
-		return nil, err
-	}
-	cfg.Host = m.opts.SocketDir
-	cfg.Port = uint16(m.opts.Port) //nolint:gosec // a port number, validated at start-up
-	cfg.User = superuser
-	cfg.Password = m.currentSecrets().superuserPassword
-	cfg.Database = "postgres"
-	cfg.ConnectTimeout = 3 * time.Second
-	cfg.RuntimeParams["application_name"] = "tusk-instance-manager"
-	return pgx.ConnectConfig(ctx, cfg)
-}
-
 // queryStatus fills what PostgreSQL itself knows into st.
 func queryStatus(ctx context.Context, conn *pgx.Conn, st *instanceapi.Status) error {
 	var inRecovery bool

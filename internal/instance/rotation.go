@@ -22,13 +22,15 @@ func (m *Manager) CheckSecrets(ctx context.Context) error {
 // checkSecrets applies changes to the mounted Secrets: the kubelet updates
 // their files in place when the Secret changes. New certificates are copied
 // and postgres re-reads them on reload; the HTTP API serves a new one from
-// the next connection on.
+// the next connection on. Changed passwords are applied (syncPasswords).
 func (m *Manager) checkSecrets(ctx context.Context) error {
+	errs := []error{m.syncPasswords(ctx)}
 	reload, err := m.syncCertificates()
-	if !reload {
-		return err
+	errs = append(errs, err)
+	if reload {
+		errs = append(errs, m.reloadTLS(ctx))
 	}
-	return errors.Join(err, m.reloadTLS(ctx))
+	return errors.Join(errs...)
 }
 
 // reloadTLS makes postgres load new certificate files. A postgres that

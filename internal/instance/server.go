@@ -7,10 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	"tusk.dev/tusk/internal/instanceapi"
 )
@@ -29,7 +33,12 @@ func (m *Manager) startHTTP() (*http.Server, error) {
 
 // serveHTTP serves the API on l until the returned server is shut down.
 func (m *Manager) serveHTTP(l net.Listener) *http.Server {
-	server := &http.Server{Handler: m.requireClientCert(m.routes()), ReadHeaderTimeout: 5 * time.Second}
+	server := &http.Server{
+		Handler:           m.requireClientCert(m.routes()),
+		ReadHeaderTimeout: 5 * time.Second,
+		// Such as refused TLS handshakes, as JSON records like the rest.
+		ErrorLog: log.New(logWriter{m.log.WithName("http")}, "", 0),
+	}
 	scheme := "http"
 	if m.serverCerts != nil {
 		// Each handshake takes the certificate in use at that moment.
@@ -46,6 +55,14 @@ func (m *Manager) serveHTTP(l net.Listener) *http.Server {
 		}
 	}()
 	return server
+}
+
+// logWriter turns the HTTP server's log lines into records.
+type logWriter struct{ log logr.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.log.Info(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 // openPaths are served without a client certificate: the kubelet's HTTPS

@@ -22,6 +22,10 @@ func (m *Manager) Status(ctx context.Context) instanceapi.Status {
 		LastError:    st.lastError,
 		DataDirBytes: m.dataDirSize(),
 	}
+	if !st.lastPasswordRotation.IsZero() {
+		at := st.lastPasswordRotation.UTC()
+		status.LastPasswordRotation = &at
+	}
 	if st.phase != instanceapi.PhaseRunning {
 		return status
 	}

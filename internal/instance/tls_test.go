@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"tusk.dev/tusk/internal/instance/pgconf"
 	"tusk.dev/tusk/internal/instanceapi"
 	"tusk.dev/tusk/internal/pki"
 )
@@ -213,5 +214,45 @@ func TestCertificateRotation(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(f.m.opts.RunDir, "tls", tlsCertFile))
 	if err != nil || string(data) != string(renewed.CertPEM) {
 		t.Fatalf("the copy for postgres was not updated: %v", err)
+	}
+}
+
+// TestConnInfoWithTLS: replicas and pg_rewind verify the primary against the
+// cluster's CA when TLS is on, and replicas present their certificate.
+func TestConnInfoWithTLS(t *testing.T) {
+	up := instanceapi.Upstream{Host: "orders-rw", Port: 5432}
+	plain := &Manager{opts: Options{Name: "pg-2", RunDir: "/run/tusk"}}
+	withTLS := &Manager{opts: plain.opts,
+		serverCerts:      &certFiles{dst: "/run/tusk/tls"},
+		replicationCerts: &certFiles{dst: "/run/tusk/replication-tls"}}
+	serverOnly := &Manager{opts: plain.opts, serverCerts: withTLS.serverCerts}
+	tests := []struct {
+		name string
+		got  string
+		want []string
+		not  []string
+	}{
+		{"replication without TLS", pgconf.PrimaryConnInfo(plain.replicationConnInfo(up)), []string{"sslmode=prefer"}, []string{"sslcert", "sslrootcert"}},
+		{"rewind without TLS", plain.superuserConnInfo(up), []string{"sslmode=prefer", "user=postgres"}, []string{"sslrootcert"}},
+		{"replication with a client certificate", pgconf.PrimaryConnInfo(withTLS.replicationConnInfo(up)), []string{"sslmode=verify-full",
+			"sslcert=/run/tusk/replication-tls/tls.crt", "sslkey=/run/tusk/replication-tls/tls.key", "sslrootcert=/run/tusk/replication-tls/ca.crt"}, nil},
+		{"replication with a password over TLS", pgconf.PrimaryConnInfo(serverOnly.replicationConnInfo(up)), []string{"sslmode=verify-full",
+			"sslrootcert=/run/tusk/tls/ca.crt", "sslcert=/run/tusk/tls/no-client-certificate"}, []string{"sslkey"}},
+		{"rewind over TLS", withTLS.superuserConnInfo(up), []string{"sslmode=verify-full", "user=postgres", "sslrootcert=/run/tusk/tls/ca.crt",
+			"sslcert=/run/tusk/tls/no-client-certificate"}, []string{"replication-tls"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, w := range tt.want {
+				if !strings.Contains(tt.got, w) {
+					t.Errorf("%q lacks %q", tt.got, w)
+				}
+			}
+			for _, n := range tt.not {
+				if strings.Contains(tt.got, n) {
+					t.Errorf("%q has %q", tt.got, n)
+				}
+			}
+		})
 	}
 }

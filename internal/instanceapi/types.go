@@ -4,6 +4,8 @@
 // imports the other.
 package instanceapi
 
+import "time"
+
 // Paths served by the instance manager.
 const (
 	PathStatus  = "/status"
@@ -105,6 +107,10 @@ type Status struct {
 	SystemIdentifier string `json:"systemIdentifier,omitempty"`
 	// DataDirBytes is the size of the data directory.
 	DataDirBytes int64 `json:"dataDirBytes,omitempty"`
+	// LastPasswordRotation is when the manager last applied a changed
+	// password file: on a primary with ALTER ROLE, on a replica to its
+	// passfile only. Nil when no password changed since the manager started.
+	LastPasswordRotation *time.Time `json:"lastPasswordRotation,omitempty"`
 	// Restarts counts unexpected postgres exits the manager recovered from.
 	Restarts int `json:"restarts,omitempty"`
 	// LastError is the last thing that went wrong, for humans.
