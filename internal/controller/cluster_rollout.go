@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,7 +37,8 @@ func needsRestart(m *member) bool {
 // PostgreSQL needs a restart: replicas first, one at a time, each only
 // when every instance is ready; then the primary, by a switchover to an
 // updated replica (or a restart when it is alone). A new pod that does not
-// become ready stops the rollout: no second instance is taken down.
+// become ready stops the rollout: no second instance is taken down. An
+// instance that is down and outdated is replaced at once.
 func (r *ClusterReconciler) reconcileRollout(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, ic *instanceClient) (rollout, error) {
 	hash := podSpecHash(c, r.Config.InstanceManagerImage)
 	var pending []*member
@@ -49,18 +52,28 @@ func (r *ClusterReconciler) reconcileRollout(ctx context.Context, c *tuskv1alpha
 	}
 	ro := rollout{pending: true}
 	for _, m := range v.members {
+		if !m.ready() && outdated(m, hash) && m.pod.DeletionTimestamp == nil {
+			// It serves nothing, so replacing it takes nothing down; this is
+			// how a new spec fixes a rollout that halted on a broken one.
+			return ro, r.updateInstance(ctx, c, m, hash, ic)
+		}
 		if !m.ready() {
 			ro.waiting = fmt.Sprintf("waiting for %s to become ready%s", m.name, notReadyReason(m))
 			ro.halted = m.pod != nil && waitingReason(m.pod) != ""
 			return ro, nil
 		}
 	}
+	primary := v.member(c.Status.CurrentPrimary)
+	if primary != nil && !outdated(primary, hash) && lowersHotStandbySetting(primary.status) {
+		// A standby refuses to serve with a lower value than its primary's,
+		// so a decrease reaches the primary (restarted in place) first.
+		return ro, r.updateInstance(ctx, c, primary, hash, ic)
+	}
 	for _, m := range pending {
 		if m.name != c.Status.CurrentPrimary {
 			return ro, r.updateInstance(ctx, c, m, hash, ic)
 		}
 	}
-	primary := v.member(c.Status.CurrentPrimary)
 	if len(v.members) == 1 {
 		return ro, r.updateInstance(ctx, c, primary, hash, ic)
 	}
@@ -106,4 +119,28 @@ func notReadyReason(m *member) string {
 		return fmt.Sprintf(" (instance %s)", m.status.Phase)
 	}
 	return ""
+}
+
+// hotStandbySettings must be at least as high on a standby as on its
+// primary, or the standby stops serving reads (and replaying) until they are.
+var hotStandbySettings = []string{
+	"max_connections", "max_worker_processes", "max_wal_senders", "max_prepared_transactions", "max_locks_per_transaction",
+}
+
+// lowersHotStandbySetting says a restart would lower one of them.
+func lowersHotStandbySetting(st *instanceapi.Status) bool {
+	if st == nil {
+		return false
+	}
+	for _, pv := range st.PendingValues {
+		if !slices.Contains(hotStandbySettings, pv.Name) {
+			continue
+		}
+		running, err1 := strconv.ParseInt(pv.Running, 10, 64)
+		pending, err2 := strconv.ParseInt(pv.Pending, 10, 64)
+		if err1 == nil && err2 == nil && pending < running {
+			return true
+		}
+	}
+	return false
 }

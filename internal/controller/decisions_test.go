@@ -456,3 +456,31 @@ func TestStillCreating(t *testing.T) {
 		})
 	}
 }
+
+func TestLowersHotStandbySetting(t *testing.T) {
+	tests := []struct {
+		name    string
+		pending []instanceapi.PendingValue
+		want    bool
+	}{
+		{"nothing pending", nil, false},
+		{"raised", []instanceapi.PendingValue{{Name: "max_connections", Running: "100", Pending: "150"}}, false},
+		{"lowered", []instanceapi.PendingValue{{Name: "max_connections", Running: "150", Pending: "100"}}, true},
+		{"lowered, among others", []instanceapi.PendingValue{
+			{Name: "shared_buffers", Running: "16384", Pending: "8192"},
+			{Name: "max_wal_senders", Running: "10", Pending: "5"},
+		}, true},
+		{"another setting lowered", []instanceapi.PendingValue{{Name: "shared_buffers", Running: "16384", Pending: "8192"}}, false},
+		{"unparsable", []instanceapi.PendingValue{{Name: "max_connections", Running: "150", Pending: "lots"}}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := lowersHotStandbySetting(&instanceapi.Status{PendingValues: tt.pending}); got != tt.want {
+				t.Fatalf("lowersHotStandbySetting = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if lowersHotStandbySetting(nil) {
+		t.Fatal("an instance that did not answer lowers nothing")
+	}
+}

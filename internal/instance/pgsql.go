@@ -109,6 +109,18 @@ func querySettingsStatus(ctx context.Context, conn *pgx.Conn, st *instanceapi.St
 	if err != nil {
 		return fmt.Errorf("while reading settings pending a restart: %w", err)
 	}
+	rows, err := conn.Query(ctx, `SELECT s.name, s.setting, f.setting FROM pg_settings s
+		JOIN LATERAL (SELECT setting FROM pg_file_settings f WHERE f.name = s.name ORDER BY seqno DESC LIMIT 1) f ON true
+		WHERE s.pending_restart ORDER BY s.name`)
+	if err == nil {
+		st.PendingValues, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (instanceapi.PendingValue, error) {
+			var v instanceapi.PendingValue
+			return v, row.Scan(&v.Name, &v.Running, &v.Pending)
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("while reading the values pending a restart: %w", err)
+	}
 	st.ConfigErrors, err = queryStrings(ctx, conn, `SELECT coalesce(name, sourcefile || ':' || sourceline) || ': ' || error
 		FROM pg_file_settings WHERE error IS NOT NULL ORDER BY seqno`)
 	if err != nil {

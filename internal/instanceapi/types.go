@@ -98,6 +98,10 @@ type Status struct {
 	// PendingRestart lists settings changed in the configuration that take
 	// effect only after a restart.
 	PendingRestart []string `json:"pendingRestart,omitempty"`
+	// PendingValues are the settings in PendingRestart with their running
+	// and their new value, so the operator can order restarts (a standby
+	// needs some settings at least as high as its primary's).
+	PendingValues []PendingValue `json:"pendingValues,omitempty"`
 	// ConfigErrors are settings PostgreSQL refused on the last reload.
 	ConfigErrors []string `json:"configErrors,omitempty"`
 	// PostgresVersion is server_version, such as "15.18".
@@ -115,6 +119,17 @@ type Status struct {
 	Restarts int `json:"restarts,omitempty"`
 	// LastError is the last thing that went wrong, for humans.
 	LastError string `json:"lastError,omitempty"`
+}
+
+// PendingValue is a setting whose new value takes effect at the next
+// restart.
+type PendingValue struct {
+	// Name is the setting's name.
+	Name string `json:"name"`
+	// Running is the value in effect (pg_settings.setting).
+	Running string `json:"running"`
+	// Pending is the value in the configuration file.
+	Pending string `json:"pending"`
 }
 
 // ReplicaConnection is one standby as a primary sees it (pg_stat_replication).

@@ -343,6 +343,27 @@ func TestReconfigure(t *testing.T) {
 	}
 
 	rollingRestart(t, ns, name)
+	lowerHotStandbySetting(t, ns, name)
+}
+
+// lowerHotStandbySetting lowers max_connections, which a standby must have
+// at least as high as its primary: the primary restarts first, then the
+// replicas, and every instance ends up serving with the new value.
+func lowerHotStandbySetting(t *testing.T, ns, cluster string) {
+	t.Helper()
+	primary := mustGetCluster(t, ns, cluster).Status.CurrentPrimary
+	setParameters(t, ns, cluster, map[string]string{"max_connections": "120"})
+	waitSameOnEveryInstance(t, ns, cluster, "SHOW max_connections", "120", clusterChangeTimeout)
+	waitHealthy(t, ns, cluster, 3, clusterChangeTimeout)
+	started := postmasterStartTimes(t, ns, cluster)
+	for name, at := range started {
+		if name != primary && at < started[primary] {
+			t.Errorf("replica %s restarted (%.1f) before the primary %s (%.1f) while max_connections was lowered", name, at, primary, started[primary])
+		}
+	}
+	if now := mustGetCluster(t, ns, cluster).Status.CurrentPrimary; now != primary {
+		t.Errorf("lowering max_connections switched the primary from %s to %s; it restarts in place", primary, now)
+	}
 }
 
 // rollingRestart changes max_connections under a writer and checks the

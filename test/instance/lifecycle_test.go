@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -141,6 +142,13 @@ func testReconfigure(t *testing.T, primary *node, replicas ...*node) {
 		if len(res.PendingRestart) != 1 || res.PendingRestart[0] != "max_connections" {
 			t.Fatalf("%s: max_connections change: pending restart %v, want [max_connections]", n.name, res.PendingRestart)
 		}
+		n.waitFor("max_connections pending with its values", func(st instanceapi.Status) error {
+			want := []instanceapi.PendingValue{{Name: "max_connections", Running: "100", Pending: "120"}}
+			if !slices.Equal(st.PendingValues, want) {
+				return fmt.Errorf("pending values %+v, want %+v", st.PendingValues, want)
+			}
+			return nil
+		})
 		role := instanceapi.RoleReplica
 		if n == primary {
 			role = instanceapi.RolePrimary
