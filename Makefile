@@ -83,6 +83,10 @@ bench: ## Benchmarks that print figures (docs/benchmarks.md); BENCHTIME=3x by de
 	TUSK_PG_BINDIR=$$(hack/install-postgres.sh) \
 		go test -tags integration -run '^$$' -bench . -benchtime $${BENCHTIME:-3x} ./test/instance/
 
+.PHONY: bench-cluster
+bench-cluster: ## Cluster figures on the cluster in KUBECONFIG (after make images deploy): create to Ready, adding a replica vs pg_basebackup.
+	hack/bench-cluster.sh
+
 .PHONY: envtest-assets
 envtest-assets: ## Build kube-apiserver and etcd for envtest and print where they are.
 	@hack/build-k8s.sh kube-apiserver etcd
