@@ -133,7 +133,7 @@ E2E_FLAGS ?= -count=1 -timeout=60m
 
 .PHONY: e2e
 e2e: images deploy ## End-to-end tests against the cluster in KUBECONFIG (the local cluster by default).
-	E2E_ARTIFACTS=$(E2E_ARTIFACTS) $(GOTESTSUM) --format testname -- $(E2E_FLAGS) -tags e2e ./test/e2e/...
+	E2E_ARTIFACTS=$(E2E_ARTIFACTS) $(GOTESTSUM) --format standard-verbose -- $(E2E_FLAGS) -tags e2e ./test/e2e/...
 
 .PHONY: demo
 demo: ## Bring up a cluster if none is reachable, deploy Tusk, apply the sample cluster and show its status.

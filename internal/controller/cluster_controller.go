@@ -135,6 +135,8 @@ func (r *ClusterReconciler) reconcileMembers(ctx context.Context, c *tuskv1alpha
 	if err != nil || changed {
 		return p, err
 	}
+	// Labels first: a switchover under way takes the primary label away
+	// before its steps; once it is done the new primary gets it at once.
 	if err := r.reconcileRoleLabels(ctx, c, v); err != nil {
 		return p, err
 	}
@@ -147,9 +149,7 @@ func (r *ClusterReconciler) reconcileMembers(ctx context.Context, c *tuskv1alpha
 	if err := r.reconcileConfig(ctx, c, v, ic); err != nil {
 		return p, err
 	}
-	cfg := desiredConfig(c, v)
-	p.syncDegrade = c.Spec.PostgreSQL.Synchronous.Mode == tuskv1alpha1.SynchronousQuorum && len(v.members) > 1 &&
-		streamingStandbys(v.member(c.Status.CurrentPrimary)) < int(c.Spec.PostgreSQL.Synchronous.Number) && cfg.SynchronousStandbyNames == ""
+	p.syncDegrade = synchronousDegraded(c, v)
 	p.rollout, err = r.reconcileRollout(ctx, c, v, ic)
 	return p, err
 }
