@@ -39,12 +39,12 @@ func desiredConfig(c *tuskv1alpha1.PostgresCluster, v *view) instanceapi.Config 
 	return cfg
 }
 
-// synchronousDegraded says commits are acknowledged without the standbys
-// the quorum asks for: degrade mode with too few of them streaming.
+// synchronousDegraded says fewer standbys stream than the quorum asks for:
+// commits are acknowledged with fewer confirmations (degrade) or wait
+// (block).
 func synchronousDegraded(c *tuskv1alpha1.PostgresCluster, v *view) bool {
 	sync := c.Spec.PostgreSQL.Synchronous
 	return sync.Mode == tuskv1alpha1.SynchronousQuorum && len(v.members) > 1 &&
-		desiredConfig(c, v).SynchronousStandbyNames == "" &&
 		streamingStandbys(v.member(c.Status.CurrentPrimary)) < int(sync.Number)
 }
 

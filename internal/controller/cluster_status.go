@@ -123,7 +123,10 @@ func degradedCondition(c *tuskv1alpha1.PostgresCluster, v *view, p progress) met
 		cond.Reason, cond.Message = ReasonInstancesNotReady, fmt.Sprintf("Not ready: %v", notReady)
 	case p.syncDegrade:
 		cond.Reason = ReasonSynchronousDegraded
-		cond.Message = fmt.Sprintf("Fewer than %d standbys are streaming: commits are acknowledged without waiting for them", c.Spec.PostgreSQL.Synchronous.Number)
+		cond.Message = fmt.Sprintf("Fewer than %d standbys are streaming: commits are acknowledged with fewer confirmations", c.Spec.PostgreSQL.Synchronous.Number)
+		if c.Spec.PostgreSQL.Synchronous.WhenTooFewStandbys == tuskv1alpha1.StandbyShortageBlock {
+			cond.Message = fmt.Sprintf("Fewer than %d standbys are streaming: commits wait for them (whenTooFewStandbys: block)", c.Spec.PostgreSQL.Synchronous.Number)
+		}
 	default:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonAllInstancesReady, "Every instance is ready"
 	}
@@ -134,7 +137,9 @@ func degradedCondition(c *tuskv1alpha1.PostgresCluster, v *view, p progress) met
 func readyCondition(c *tuskv1alpha1.PostgresCluster, progressing, degraded metav1.Condition) metav1.Condition {
 	cond := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse}
 	switch {
-	case degraded.Status == metav1.ConditionTrue && degraded.Reason != ReasonSynchronousDegraded:
+	case degraded.Status == metav1.ConditionTrue && (degraded.Reason != ReasonSynchronousDegraded ||
+		c.Spec.PostgreSQL.Synchronous.WhenTooFewStandbys == tuskv1alpha1.StandbyShortageBlock):
+		// Degrade mode keeps writing, so it stays Ready; block mode does not.
 		cond.Reason, cond.Message = degraded.Reason, degraded.Message
 	case progressing.Status == metav1.ConditionTrue:
 		cond.Reason, cond.Message = progressing.Reason, progressing.Message
