@@ -115,7 +115,7 @@ func postgresContainer(c *tuskv1alpha1.PostgresCluster) corev1.Container {
 		Resources:       c.Spec.Resources,
 		SecurityContext: containerSecurityContext(),
 		VolumeMounts:    postgresMounts(),
-		ReadinessProbe:  httpsProbe(instanceapi.PathReadyz, 2, 3),
+		ReadinessProbe:  httpsProbe(instanceapi.PathReadyz, 1, 3),
 		// /healthz is the instance manager's own health: a long crash
 		// recovery or WAL replay never gets the pod killed.
 		LivenessProbe: httpsProbe(instanceapi.PathHealthz, 10, 6),
