@@ -146,6 +146,9 @@ func (r *ClusterReconciler) reconcileMembers(ctx context.Context, c *tuskv1alpha
 	if err := r.reconcileRoleLabels(ctx, c, v); err != nil {
 		return p, err
 	}
+	if err := r.reconcileSecretPropagation(ctx, c, v); err != nil {
+		return p, err
+	}
 	if err := r.reconcileConfig(ctx, c, v, ic); err != nil {
 		return p, err
 	}
@@ -184,6 +187,23 @@ func ctrlSetOwner(owner, obj client.Object, s *runtime.Scheme) error {
 	return controllerutil.SetControllerReference(owner, obj, s)
 }
 
+// indexUserSecrets indexes PostgresClusters by the user Secrets they read.
+const indexUserSecrets = "tusk.dev/user-secrets"
+
+// clustersReading maps a Secret to the clusters that read it as the user's.
+func (r *ClusterReconciler) clustersReading(ctx context.Context, o client.Object) []reconcile.Request {
+	var list tuskv1alpha1.PostgresClusterList
+	if err := r.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexUserSecrets: o.GetName()}); err != nil {
+		ctrlLog(ctx).Error(err, "Listing the clusters that read a Secret", "secret", o.GetName())
+		return nil
+	}
+	requests := make([]reconcile.Request, 0, len(list.Items))
+	for _, c := range list.Items {
+		requests = append(requests, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
+	}
+	return requests
+}
+
 // SetupWithManager registers the reconciler with mgr. Volumes have no
 // owner (they may outlive the cluster), so they are mapped by label.
 func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -194,8 +214,14 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
 	})
+	err := mgr.GetFieldIndexer().IndexField(context.Background(), &tuskv1alpha1.PostgresCluster{}, indexUserSecrets,
+		func(o client.Object) []string { return userSecrets(o.(*tuskv1alpha1.PostgresCluster)) }) //nolint:forcetypeassert // the indexer's own type
+	if err != nil {
+		return fmt.Errorf("while indexing the user's Secrets: %w", err)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tuskv1alpha1.PostgresCluster{}).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.clustersReading)).
 		Owns(&corev1.Pod{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.Secret{}).

@@ -86,6 +86,11 @@ func (r *ClusterReconciler) createInstance(ctx context.Context, c *tuskv1alpha1.
 		}
 	}
 	pod := instancePod(c, name, role, r.Config.InstanceManagerImage)
+	secretsHash, err := r.mountedSecretsHash(ctx, c)
+	if err != nil {
+		return err
+	}
+	setAnnotation(pod, AnnotationSecretsHash, secretsHash)
 	if err := r.ownAndCreate(ctx, c, pod); err != nil {
 		return fmt.Errorf("while creating the pod of %s: %w", name, err)
 	}
