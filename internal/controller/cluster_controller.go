@@ -188,7 +188,7 @@ func ctrlSetOwner(owner, obj client.Object, s *runtime.Scheme) error {
 }
 
 // indexUserSecrets indexes PostgresClusters by the user Secrets they read.
-const indexUserSecrets = "tusk.dev/user-secrets"
+const indexUserSecrets = "tusk.dev/user-secrets" //nolint:gosec // an index name, not a credential
 
 // clustersReading maps a Secret to the clusters that read it as the user's.
 func (r *ClusterReconciler) clustersReading(ctx context.Context, o client.Object) []reconcile.Request {

@@ -14,7 +14,7 @@ import (
 // change of the pod triggers at once and its periodic sync only after a
 // minute or more; so changing this annotation brings a new password or
 // certificate to the instance manager in seconds. It restarts nothing.
-const AnnotationSecretsHash = "tusk.dev/secrets-hash"
+const AnnotationSecretsHash = "tusk.dev/secrets-hash" //nolint:gosec // an annotation name, not a credential
 
 // mountedSecrets are the Secrets an instance pod mounts.
 func mountedSecrets(c *tuskv1alpha1.PostgresCluster) []string {
