@@ -13,6 +13,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"tusk.dev/tusk/internal/instance"
 	"tusk.dev/tusk/internal/instance/pgbin"
@@ -33,6 +35,7 @@ type instanceFlags struct {
 	opts       instance.Options
 	role       string
 	roleFile   string
+	kubeconfig string
 	binDir     string
 	configFile string
 }
@@ -85,11 +88,29 @@ func newInstanceRunCommand() *cobra.Command {
 	fl.StringVar(&f.configFile, "config-file", "", "JSON file with the initial configuration (parameters, synchronousStandbyNames)")
 	fl.DurationVar(&o.Timeouts.Smart, "smart-shutdown-timeout", o.Timeouts.Smart, "how long sessions may finish on shutdown before fast mode")
 	fl.DurationVar(&o.Timeouts.Fast, "fast-shutdown-timeout", o.Timeouts.Fast, "how long a fast shutdown may take before immediate mode")
+	fl.StringVar(&o.Lease.Name, "lease-name", "", "the primary Lease (coordination.k8s.io) a primary holds; none when empty")
+	fl.StringVar(&o.Lease.Namespace, "lease-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the primary Lease")
+	fl.DurationVar(&o.Lease.Duration, "lease-duration", instance.DefaultLeaseDuration, "how long a renewal holds the primary Lease")
+	fl.DurationVar(&o.Lease.RenewEvery, "lease-renew-every", instance.DefaultLeaseRenewEvery, "how often the primary renews its Lease")
+	fl.DurationVar(&o.Lease.FenceMargin, "lease-fence-margin", instance.DefaultLeaseFenceMargin,
+		"a primary that could not renew stops postgres this long before its Lease could expire")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for the Lease (the pod's service account when empty)")
 	return cmd
 }
 
 func (f *instanceFlags) complete() error {
 	f.opts.Role = instanceapi.Role(f.role)
+	if f.opts.Lease.Name != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
+		if err != nil {
+			return fmt.Errorf("while configuring the API client for the primary Lease: %w", err)
+		}
+		clients, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		f.opts.Lease.Client = clients.CoordinationV1()
+	}
 	if f.roleFile != "" {
 		role, found, err := instance.RoleFromLabels(f.roleFile)
 		if err != nil {

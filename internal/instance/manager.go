@@ -67,6 +67,8 @@ type Options struct {
 	Config instanceapi.Config
 	// Timeouts bound each shutdown mode.
 	Timeouts supervisor.Timeouts
+	// Lease is the primary's Lease; none when its Client is nil.
+	Lease LeaseOptions
 	// RestartBackoff bounds the wait before restarting a crashed postgres.
 	RestartBackoff Backoff
 }
@@ -111,6 +113,7 @@ type Manager struct {
 	opts    Options
 	log     logr.Logger
 	reaper  *supervisor.Reaper
+	lease   *leaseKeeper // nil without a Lease
 	ops     chan operation
 	stopped chan struct{} // closed when Run is returning
 	metrics *metrics
@@ -140,6 +143,9 @@ type state struct {
 	lastError string
 	// lastPasswordRotation is when a changed password file was applied.
 	lastPasswordRotation time.Time
+	// fenced: postgres is kept stopped because this primary could not
+	// hold the primary Lease.
+	fenced bool
 }
 
 // operation is work that must not overlap with supervision: role changes,
@@ -179,6 +185,9 @@ func New(opts Options, log logr.Logger) (*Manager, error) {
 	if opts.TLS.ReplicationDir != "" {
 		m.replicationCerts = &certFiles{what: "replication client certificate", src: opts.TLS.ReplicationDir, dst: filepath.Join(opts.RunDir, "replication-tls")}
 	}
+	if opts.Lease.enabled() {
+		m.lease = newLeaseKeeper(opts.Lease, opts.Name)
+	}
 	m.metrics = newMetrics(m)
 	return m, nil
 }
@@ -199,6 +208,9 @@ func (o Options) validate() error {
 	}
 	if o.Role == instanceapi.RoleReplica && o.Upstream.Host == "" {
 		errs = append(errs, errors.New("a replica needs an upstream host"))
+	}
+	if err := o.Lease.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if o.TLS.ReplicationDir != "" && o.TLS.Dir == "" {
 		errs = append(errs, errors.New("replication with a client certificate needs the server certificate (--tls-dir) too"))
@@ -257,9 +269,13 @@ func (m *Manager) supervise(ctx context.Context) error {
 	var restartAt <-chan time.Time
 	poll := time.NewTicker(cmp.Or(m.opts.SecretsPollInterval, DefaultSecretsPollInterval))
 	defer poll.Stop()
-	if err := m.startPostgres(ctx); err != nil {
-		m.setError(err)
-		restartAt, backoff = m.scheduleRestart(backoff)
+	leaseTick, stopLeaseTick := m.startLeaseTicker()
+	defer stopLeaseTick()
+	if m.mayStart(ctx) {
+		if err := m.startPostgres(ctx); err != nil {
+			m.setError(err)
+			restartAt, backoff = m.scheduleRestart(backoff)
+		}
 	}
 	for {
 		select {
@@ -270,10 +286,15 @@ func (m *Manager) supervise(ctx context.Context) error {
 			restartAt, backoff = m.scheduleRestart(backoff)
 		case <-restartAt:
 			restartAt = nil
+			if m.snapshot().fenced {
+				continue // it starts again when the Lease is held
+			}
 			if err := m.startPostgres(ctx); err != nil {
 				m.setError(err)
 				restartAt, backoff = m.scheduleRestart(backoff)
 			}
+		case <-leaseTick:
+			m.keepLease(ctx)
 		case <-poll.C:
 			if err := m.checkSecrets(ctx); err != nil {
 				m.log.Error(err, "Checking the mounted Secrets")

@@ -15,6 +15,9 @@ import (
 // and the run loop must keep serving operations and status meanwhile.
 func (m *Manager) startPostgres(ctx context.Context) error {
 	st := m.snapshot()
+	if st.fenced {
+		return errFenced
+	}
 	if err := m.writePassfile(); err != nil {
 		return err
 	}

@@ -54,6 +54,14 @@ func (m *Manager) promote(ctx context.Context) (PromoteResult, error) {
 	if err := m.waitRunning(ctx); err != nil {
 		return PromoteResult{}, fmt.Errorf("cannot promote: %w", err)
 	}
+	// A new primary takes writes only while it holds the Lease: the
+	// operator promotes once the former primary's Lease expired or was
+	// released, so taking it here succeeds, or the promotion is refused.
+	if m.lease != nil {
+		if err := m.lease.hold(ctx); err != nil {
+			return PromoteResult{}, fmt.Errorf("cannot promote: %w", err)
+		}
+	}
 	conn, err := m.connect(ctx)
 	if err != nil {
 		return PromoteResult{}, err

@@ -40,6 +40,12 @@ func (m *Manager) StepDown(ctx context.Context, up instanceapi.Upstream) (instan
 		m.state.upstream = up
 		m.mu.Unlock()
 		m.log.Info("Stepped down; following the new primary", "shutdownCheckpoint", res.ShutdownCheckpointLSN, "upstream", up.Host)
+		if m.lease != nil {
+			// The new primary need not wait for the Lease to expire.
+			if err := m.lease.release(ctx); err != nil {
+				m.log.Error(err, "Releasing the primary Lease after stepping down")
+			}
+		}
 		return res, m.startPostgres(ctx)
 	})
 	res, _ := v.(instanceapi.StepDownResult)

@@ -60,6 +60,9 @@ const (
 	PhaseRejoining Phase = "Rejoining"
 	// PhaseStopped: postgres is stopped on purpose (shutdown, restart).
 	PhaseStopped Phase = "Stopped"
+	// PhaseFenced: a primary that could not hold the primary Lease keeps
+	// postgres stopped, so it takes no writes while another may be promoted.
+	PhaseFenced Phase = "Fenced"
 	// PhaseCrashed: postgres exited unexpectedly and will be restarted
 	// after a backoff; LastError says why it stopped.
 	PhaseCrashed Phase = "Crashed"

@@ -126,6 +126,8 @@ type nodeOptions struct {
 	// tls, when set, runs the node with --tls-dir and --replication-tls-dir
 	// (and no replication password).
 	tls *clusterPKI
+	// extraArgs are appended to the command line.
+	extraArgs []string
 }
 
 func writeSecret(t testing.TB, dir, name, value string) string {
@@ -178,7 +180,7 @@ func startNode(t testing.TB, name string, o nodeOptions) *node {
 		data, _ := json.Marshal(o.config)
 		args = append(args, "--config-file", writeSecret(t, secrets, "config.json", string(data)))
 	}
-	n.start(args)
+	n.start(append(args, o.extraArgs...))
 	t.Cleanup(n.stopIfRunning)
 	return n
 }
