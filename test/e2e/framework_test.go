@@ -9,6 +9,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -213,10 +214,20 @@ func kubectlTo(t *testing.T, file string, args ...string) {
 	}
 }
 
-// kubectl runs kubectl and returns its combined output.
+// kubectl runs kubectl.
+//
+// It returns kubectl's standard output only. Its standard error (kubectl's
+// own notices, such as a websocket "Unknown stream id" line during exec) is
+// part of the error when the command fails, never of the output, so it
+// cannot garble what a command printed.
 func kubectl(ctx context.Context, args ...string) (string, error) {
-	out, err := exec.CommandContext(ctx, "kubectl", args...).CombinedOutput() // #nosec G204 -- test arguments
-	return string(out), err
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "kubectl", args...) // #nosec G204 -- test arguments
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
 }
 
 // testImage is what test pods run: it has a shell, getent and the
