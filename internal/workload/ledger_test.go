@@ -87,7 +87,7 @@ func TestLedgerSurvivesKill(t *testing.T) {
 		return
 	}
 	path := filepath.Join(t.TempDir(), "ledger")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestLedgerSurvivesKill$") //nolint:gosec // the test binary itself
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLedgerSurvivesKill$")
 	cmd.Env = append(os.Environ(), "TUSK_TEST_LEDGER_WRITER="+path)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
