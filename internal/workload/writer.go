@@ -177,6 +177,9 @@ func (w *writer) client(ctx context.Context, id int) {
 		if conn == nil {
 			c, err := w.connect(ctx, &warning)
 			if err != nil {
+				if ctx.Err() != nil {
+					return // the run ended while connecting
+				}
 				w.countError("connect_" + ErrorKind(err))
 				sleep(ctx, backoff)
 				backoff = min(2*backoff, w.opts.MaxBackoff)
