@@ -21,6 +21,6 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: false,
 	}
-	root.AddCommand(newVersionCommand(), newOperatorCommand(), newInstanceCommand())
+	root.AddCommand(newVersionCommand(), newOperatorCommand(), newInstanceCommand(), newWorkloadCommand())
 	return root
 }

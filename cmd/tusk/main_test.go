@@ -31,3 +31,22 @@ func TestOperatorCommandHasItsFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestWorkloadCommandsHaveTheirFlags(t *testing.T) {
+	cmd := newWorkloadCommand()
+	want := map[string][]string{
+		"write": {"dsn", "clients", "duration", "table", "ledger", "timeout", "fsync-interval", "gap-threshold"},
+		"check": {"dsn", "table", "ledger", "split-brain-window", "max-lost", "gap-threshold"},
+	}
+	for sub, flags := range want {
+		c, _, err := cmd.Find([]string{sub})
+		if err != nil || c.Name() != sub {
+			t.Fatalf("tusk workload has no %s subcommand: %v", sub, err)
+		}
+		for _, name := range flags {
+			if c.Flags().Lookup(name) == nil {
+				t.Errorf("tusk workload %s has no --%s flag", sub, name)
+			}
+		}
+	}
+}

@@ -1,0 +1,278 @@
+package workload
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Row is a row of the workload's table, as the checker reads it back.
+type Row struct {
+	Run         string
+	Client      int
+	Seq         int64
+	Server      string
+	CommittedAt time.Time
+}
+
+// Key names an attempt: one (run, client, seq).
+type Key struct {
+	Run    string `json:"run"`
+	Client int    `json:"client"`
+	Seq    int64  `json:"seq"`
+}
+
+func (k Key) compare(o Key) int {
+	return cmp.Or(cmp.Compare(k.Run, o.Run), cmp.Compare(k.Client, o.Client), cmp.Compare(k.Seq, o.Seq))
+}
+
+// maxSample bounds the keys a report lists; counts are always complete.
+const maxSample = 100
+
+// KeyList is a count of keys and the first of them.
+type KeyList struct {
+	Count  int   `json:"count"`
+	Sample []Key `json:"sample,omitempty"`
+}
+
+func newKeyList(keys []Key) KeyList {
+	slices.SortFunc(keys, Key.compare)
+	return KeyList{Count: len(keys), Sample: keys[:min(len(keys), maxSample)]}
+}
+
+// ClientSummary compares, for one client of one run, what the ledger says
+// with what the table holds.
+type ClientSummary struct {
+	Run          string `json:"run"`
+	Client       int    `json:"client"`
+	MaxAttempted int64  `json:"maxAttempted"`
+	MaxAcked     int64  `json:"maxAcked"`
+	MaxPresent   int64  `json:"maxPresent"`
+	Lost         int    `json:"lost"`
+}
+
+// CheckOptions configure Check.
+type CheckOptions struct {
+	// MaxLost is how many lost rows are tolerated (asynchronous
+	// replication); zero for synchronous mode.
+	MaxLost int
+	// SplitBrainWindow turns on the interleaving rule when positive.
+	SplitBrainWindow time.Duration
+	// GapThreshold: gaps longer than this are listed; default 1 s.
+	GapThreshold time.Duration
+}
+
+// CheckReport is the checker's verdict; OK is false when a rule is broken,
+// and Failures says which.
+type CheckReport struct {
+	OK       bool       `json:"ok"`
+	Failures []string   `json:"failures,omitempty"`
+	Runs     []string   `json:"runs"`
+	Ledger   LedgerInfo `json:"ledger"`
+	// Ledger counts.
+	Attempted    int `json:"attempted"`
+	Acknowledged int `json:"acknowledged"`
+	Unknown      int `json:"unknown"`
+	// Rows of the ledger's runs in the table, and of other runs (ignored).
+	Rows          int `json:"rows"`
+	OtherRunsRows int `json:"otherRunsRows"`
+	// The rules.
+	Lost           KeyList `json:"lost"`
+	Duplicates     KeyList `json:"duplicates"`
+	Rejected       KeyList `json:"rejected"`
+	Phantoms       KeyList `json:"phantoms"`
+	UnknownPresent int     `json:"unknownPresent"`
+	UnknownAbsent  int     `json:"unknownAbsent"`
+	// AckedWithWarning lists the acknowledged rows the server warned about
+	// (a cancelled wait for synchronous replication): if lost, that is
+	// PostgreSQL's documented caveat, not the operator's doing.
+	AckedWithWarning KeyList         `json:"ackedWithWarning"`
+	Clients          []ClientSummary `json:"clients"`
+	Gaps             GapReport       `json:"gaps"`
+	// SplitBrainWindow is in seconds; zero when the rule was off.
+	SplitBrainWindow float64        `json:"splitBrainWindowSeconds,omitempty"`
+	Interleavings    []Interleaving `json:"interleavings,omitempty"`
+}
+
+// outcome is what the ledger knows of one attempt.
+type outcome struct {
+	kind       Kind // KindTry when the writer stopped before recording an outcome
+	server     string
+	serverTime time.Time
+	warning    string
+}
+
+// checker holds one Check's indexes.
+type checker struct {
+	opts     CheckOptions
+	attempts map[Key]*outcome
+	runs     map[string]bool
+	present  map[Key]int
+	rep      CheckReport
+}
+
+// Check applies the rules of the package documentation to a ledger and the
+// rows read back.
+func Check(recs []Record, rows []Row, opts CheckOptions) *CheckReport {
+	setDefault(&opts.GapThreshold, time.Second)
+	c := &checker{opts: opts, attempts: map[Key]*outcome{}, runs: map[string]bool{}, present: map[Key]int{}}
+	c.indexLedger(recs)
+	c.indexRows(rows)
+	c.compare()
+	c.rep.Gaps = Gaps(ackTimes(recs), opts.GapThreshold)
+	if opts.SplitBrainWindow > 0 {
+		c.rep.SplitBrainWindow = opts.SplitBrainWindow.Seconds()
+		c.rep.Interleavings = Interleavings(c.commits(rows), opts.SplitBrainWindow)
+	}
+	c.verdict()
+	return &c.rep
+}
+
+func (c *checker) indexLedger(recs []Record) {
+	for _, r := range recs {
+		if r.Kind == KindBegin {
+			if !c.runs[r.Run] {
+				c.rep.Runs = append(c.rep.Runs, r.Run)
+			}
+			c.runs[r.Run] = true
+			continue
+		}
+		if r.Kind == KindEnd {
+			continue
+		}
+		k := Key{Run: r.Run, Client: r.Client, Seq: r.Seq}
+		o := c.attempts[k]
+		if o == nil {
+			o = &outcome{}
+			c.attempts[k] = o
+		}
+		if r.Kind == KindTry && o.kind != "" {
+			continue // an outcome recorded before its try: keep the outcome
+		}
+		o.kind, o.server, o.serverTime, o.warning = r.Kind, r.Server, r.ServerTime, r.Warning
+	}
+}
+
+func (c *checker) indexRows(rows []Row) {
+	for _, r := range rows {
+		if !c.runs[r.Run] {
+			c.rep.OtherRunsRows++
+			continue
+		}
+		c.rep.Rows++
+		c.present[Key{Run: r.Run, Client: r.Client, Seq: r.Seq}]++
+	}
+}
+
+// compare walks the attempts and the rows once each.
+func (c *checker) compare() {
+	var lost, dups, rejected, phantoms, warned []Key
+	clients := map[clientKey]*ClientSummary{}
+	summary := func(k Key) *ClientSummary {
+		id := clientKey{k.Run, k.Client}
+		if clients[id] == nil {
+			clients[id] = &ClientSummary{Run: k.Run, Client: k.Client}
+		}
+		return clients[id]
+	}
+	for k, o := range c.attempts {
+		s, n := summary(k), c.present[k]
+		c.rep.Attempted++
+		s.MaxAttempted = max(s.MaxAttempted, k.Seq)
+		switch o.kind {
+		case KindAck:
+			c.rep.Acknowledged++
+			s.MaxAcked = max(s.MaxAcked, k.Seq)
+			if o.warning != "" {
+				warned = append(warned, k)
+			}
+			if n == 0 {
+				lost = append(lost, k)
+				s.Lost++
+			}
+		case KindRejected:
+			rejected = append(rejected, k)
+		default: // unknown, or tried with no outcome recorded
+			c.rep.Unknown++
+			if n > 0 {
+				c.rep.UnknownPresent++
+			} else {
+				c.rep.UnknownAbsent++
+			}
+		}
+	}
+	for k, n := range c.present {
+		summary(k).MaxPresent = max(summary(k).MaxPresent, k.Seq)
+		if n > 1 {
+			dups = append(dups, k)
+		}
+		if c.attempts[k] == nil {
+			phantoms = append(phantoms, k)
+		}
+	}
+	c.rep.Lost, c.rep.Duplicates, c.rep.Rejected = newKeyList(lost), newKeyList(dups), newKeyList(rejected)
+	c.rep.Phantoms, c.rep.AckedWithWarning = newKeyList(phantoms), newKeyList(warned)
+	c.rep.Clients = sortedSummaries(clients)
+}
+
+type clientKey struct {
+	run    string
+	client int
+}
+
+func sortedSummaries(m map[clientKey]*ClientSummary) []ClientSummary {
+	out := make([]ClientSummary, 0, len(m))
+	for _, s := range m {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b ClientSummary) int {
+		return cmp.Or(cmp.Compare(a.Run, b.Run), cmp.Compare(a.Client, b.Client))
+	})
+	return out
+}
+
+// commits is every commit the checker knows of: the rows of the ledger's
+// runs, and the acknowledgements (which outlive rows a deposed primary
+// lost), each once.
+func (c *checker) commits(rows []Row) []Commit {
+	seen := map[Key]bool{}
+	var out []Commit
+	for _, r := range rows {
+		k := Key{Run: r.Run, Client: r.Client, Seq: r.Seq}
+		if c.runs[r.Run] && !seen[k] {
+			seen[k] = true
+			out = append(out, Commit{Server: r.Server, At: r.CommittedAt})
+		}
+	}
+	for k, o := range c.attempts {
+		if o.kind == KindAck && !seen[k] {
+			out = append(out, Commit{Server: o.server, At: o.serverTime})
+		}
+	}
+	return out
+}
+
+func (c *checker) verdict() {
+	r := &c.rep
+	fail := func(format string, args ...any) { r.Failures = append(r.Failures, fmt.Sprintf(format, args...)) }
+	if len(r.Runs) == 0 {
+		fail("the ledger names no run")
+	}
+	if r.Lost.Count > c.opts.MaxLost {
+		fail("LOST: %d acknowledged rows are missing (%d tolerated)", r.Lost.Count, c.opts.MaxLost)
+	}
+	if r.Duplicates.Count > 0 {
+		fail("DUPLICATE: %d rows are present more than once", r.Duplicates.Count)
+	}
+	if r.Rejected.Count > 0 {
+		fail("DUPLICATE: the primary key rejected %d attempts (the writer never retries a seq)", r.Rejected.Count)
+	}
+	if r.Phantoms.Count > 0 {
+		fail("PHANTOM: %d rows are present that the ledger never attempted", r.Phantoms.Count)
+	}
+	if len(r.Interleavings) > 0 {
+		fail("SPLIT BRAIN: %d interleavings of servers within %.1fs", len(r.Interleavings), r.SplitBrainWindow)
+	}
+	r.OK = len(r.Failures) == 0
+}

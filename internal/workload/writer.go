@@ -1,0 +1,314 @@
+package workload
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// WriteOptions configure Write.
+type WriteOptions struct {
+	// DSN is a libpq connection string or URI; empty uses the PG*
+	// environment variables.
+	DSN     string
+	Clients int
+	// Duration bounds the run; zero runs until the context is done.
+	Duration time.Duration
+	Table    string
+	Ledger   string
+	// Timeout bounds each connection attempt and each INSERT (a stopped or
+	// cut-off primary never answers); default 5 s.
+	Timeout time.Duration
+	// Backoff is the first wait after an error, doubled up to MaxBackoff
+	// while errors go on; defaults 100 ms and 1 s.
+	Backoff, MaxBackoff time.Duration
+	// SyncEvery is how often the ledger is fsync'ed; default 1 s.
+	SyncEvery time.Duration
+	// GapThreshold: gaps longer than this are listed; default 1 s.
+	GapThreshold time.Duration
+}
+
+func (o *WriteOptions) defaults() error {
+	if o.Clients <= 0 {
+		return errors.New("at least one client is needed")
+	}
+	if o.Ledger == "" {
+		return errors.New("a ledger file is needed")
+	}
+	setDefault(&o.Timeout, 5*time.Second)
+	setDefault(&o.Backoff, 100*time.Millisecond)
+	setDefault(&o.MaxBackoff, time.Second)
+	setDefault(&o.SyncEvery, time.Second)
+	setDefault(&o.GapThreshold, time.Second)
+	return nil
+}
+
+func setDefault(d *time.Duration, v time.Duration) {
+	if *d <= 0 {
+		*d = v
+	}
+}
+
+// WriteReport is what Write prints at exit.
+type WriteReport struct {
+	Run     string    `json:"run"`
+	Table   string    `json:"table"`
+	Clients int       `json:"clients"`
+	Started time.Time `json:"started"`
+	Ended   time.Time `json:"ended"`
+	// Attempted INSERTs, and their outcomes.
+	Attempted    int64 `json:"attempted"`
+	Acknowledged int64 `json:"acknowledged"`
+	Unknown      int64 `json:"unknown"`
+	// Rejected INSERTs were refused by the primary key: a bug.
+	Rejected int64 `json:"rejected"`
+	// AckedWithWarning were acknowledged with a warning (such as a
+	// cancelled wait for synchronous replication).
+	AckedWithWarning int64 `json:"ackedWithWarning,omitempty"`
+	// Errors counts errors by kind; connection attempts are "connect_<kind>".
+	Errors map[string]int64 `json:"errors"`
+	// Servers counts acknowledgements by committing server.
+	Servers map[string]int64 `json:"servers"`
+	Gaps    GapReport        `json:"gaps"`
+}
+
+// writer is one run of Write.
+type writer struct {
+	opts   WriteOptions
+	table  string
+	ledger *LedgerWriter
+
+	mu   sync.Mutex
+	rep  WriteReport
+	gaps *gapTracker
+}
+
+// Write runs the clients until Duration has passed or ctx is done, then
+// returns the report. An error means the run could not be made or the
+// ledger could not be written; errors of the database are counted.
+func Write(ctx context.Context, opts WriteOptions) (*WriteReport, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	table, err := quoteTable(opts.Table)
+	if err != nil {
+		return nil, err
+	}
+	ledger, err := CreateLedger(opts.Ledger, opts.SyncEvery)
+	if err != nil {
+		return nil, err
+	}
+	w := &writer{opts: opts, table: table, ledger: ledger, gaps: newGapTracker(opts.GapThreshold)}
+	w.rep = WriteReport{Run: newRunID(), Table: opts.Table, Clients: opts.Clients, Started: time.Now(),
+		Errors: map[string]int64{}, Servers: map[string]int64{}}
+	if opts.Duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opts.Duration)
+		defer cancel()
+	}
+	err = w.run(ctx)
+	w.rep.Ended = time.Now()
+	w.rep.Gaps = w.gaps.report()
+	err = errors.Join(err, ledger.Append(Record{Kind: KindEnd, Run: w.rep.Run, At: w.rep.Ended}), ledger.Close())
+	return &w.rep, err
+}
+
+func (w *writer) run(ctx context.Context) error {
+	if err := w.createTable(ctx); err != nil {
+		return err
+	}
+	if err := w.ledger.Append(Record{Kind: KindBegin, Run: w.rep.Run, At: time.Now(),
+		Table: w.opts.Table, Clients: w.opts.Clients}); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for id := 1; id <= w.opts.Clients; id++ {
+		wg.Go(func() { w.client(ctx, id) })
+	}
+	wg.Wait()
+	return w.ledger.Sync()
+}
+
+// createTable creates the table, retrying until ctx is done: the cluster
+// may not accept writes yet.
+func (w *writer) createTable(ctx context.Context) error {
+	backoff := w.opts.Backoff
+	for {
+		err := w.tryCreateTable(ctx)
+		if err == nil {
+			return nil
+		}
+		w.countError("setup_" + ErrorKind(err))
+		if !sleep(ctx, backoff) {
+			return fmt.Errorf("while creating table %s: %w", w.opts.Table, err)
+		}
+		backoff = min(2*backoff, w.opts.MaxBackoff)
+	}
+}
+
+func (w *writer) tryCreateTable(ctx context.Context) error {
+	conn, err := w.connect(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer closeConn(conn)
+	tctx, cancel := context.WithTimeout(ctx, w.opts.Timeout)
+	defer cancel()
+	_, err = conn.Exec(tctx, createTableSQL(w.table))
+	return err
+}
+
+// client appends rows until ctx is done, reconnecting after errors.
+func (w *writer) client(ctx context.Context, id int) {
+	var (
+		conn    *pgx.Conn
+		warning string
+		backoff = w.opts.Backoff
+	)
+	defer func() { closeConn(conn) }()
+	for seq := int64(1); ctx.Err() == nil; {
+		if conn == nil {
+			c, err := w.connect(ctx, &warning)
+			if err != nil {
+				if ctx.Err() != nil {
+					return // the run ended while connecting
+				}
+				w.countError("connect_" + ErrorKind(err))
+				sleep(ctx, backoff)
+				backoff = min(2*backoff, w.opts.MaxBackoff)
+				continue
+			}
+			conn = c
+		}
+		err := w.insert(conn, id, seq, &warning)
+		seq++ // never retry a seq: its commit may have happened
+		switch {
+		case err == nil:
+			backoff = w.opts.Backoff
+		case errors.Is(err, errLedger):
+			return // without a ledger there is no evidence; Write reports the error
+		case ErrorKind(err) == uniqueViolation:
+			// Counted; the connection is fine.
+		default:
+			closeConn(conn)
+			conn = nil
+			sleep(ctx, backoff)
+			backoff = min(2*backoff, w.opts.MaxBackoff)
+		}
+	}
+}
+
+var errLedger = errors.New("ledger")
+
+// insert makes one attempt and records it. It is not cut short by the end
+// of the run, only by Timeout: an acknowledgement in flight is recorded.
+func (w *writer) insert(conn *pgx.Conn, id int, seq int64, warning *string) error {
+	run := w.rep.Run
+	if err := w.ledger.Append(Record{Kind: KindTry, Run: run, Client: id, Seq: seq, At: time.Now()}); err != nil {
+		return fmt.Errorf("%w: %w", errLedger, err)
+	}
+	w.count(func(r *WriteReport) { r.Attempted++ })
+	ctx, cancel := context.WithTimeout(context.Background(), w.opts.Timeout)
+	defer cancel()
+	*warning = ""
+	rec := Record{Run: run, Client: id, Seq: seq}
+	err := conn.QueryRow(ctx, insertSQL(w.table), run, id, seq).Scan(&rec.Server, &rec.ServerTime, &rec.LSN)
+	switch {
+	case err == nil:
+		rec.Kind, rec.Warning = KindAck, *warning
+		rec.At = w.acked(rec.Server, rec.Warning != "")
+	case ErrorKind(err) == uniqueViolation:
+		rec.Kind, rec.Error, rec.At = KindRejected, uniqueViolation, time.Now()
+		w.count(func(r *WriteReport) { r.Rejected++ })
+		w.countError(rec.Error)
+	default:
+		rec.Kind, rec.Error, rec.At = KindUnknown, ErrorKind(err), time.Now()
+		w.count(func(r *WriteReport) { r.Unknown++ })
+		w.countError(rec.Error)
+	}
+	if lerr := w.ledger.Append(rec); lerr != nil {
+		return fmt.Errorf("%w: %w", errLedger, lerr)
+	}
+	return err
+}
+
+// acked counts an acknowledgement and returns its time, taken under the
+// lock so the gap tracker sees acknowledgements in order.
+func (w *writer) acked(server string, warned bool) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	w.rep.Acknowledged++
+	w.rep.Servers[server]++
+	if warned {
+		w.rep.AckedWithWarning++
+	}
+	w.gaps.add(now)
+	return now
+}
+
+func (w *writer) count(f func(*WriteReport)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	f(&w.rep)
+}
+
+func (w *writer) countError(kind string) {
+	w.count(func(r *WriteReport) { r.Errors[kind]++ })
+}
+
+// connect opens a connection; warnings the server sends are stored in
+// *warning (by SQLSTATE) for the attempt in progress.
+func (w *writer) connect(ctx context.Context, warning *string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(w.opts.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("while parsing the DSN: %w", err)
+	}
+	cfg.ConnectTimeout = w.opts.Timeout
+	cfg.RuntimeParams["application_name"] = "tusk-workload"
+	if warning != nil {
+		cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+			if n.Severity == "WARNING" {
+				*warning = n.Code
+			}
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, w.opts.Timeout)
+	defer cancel()
+	return pgx.ConnectConfig(cctx, cfg)
+}
+
+func closeConn(conn *pgx.Conn) {
+	if conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+// sleep waits d, or less if ctx is done first; it reports whether ctx is
+// still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func newRunID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
