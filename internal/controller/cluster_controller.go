@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
@@ -52,6 +53,9 @@ type ClusterReconciler struct {
 // +kubebuilder:rbac:groups="",resources=services;configmaps;secrets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;delete
 
 // Reconcile moves one PostgresCluster a step towards its spec: get →
 // deletion → finalizer → phases → one status write.
@@ -101,6 +105,9 @@ func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1
 		return ctrl.Result{}, err
 	}
 	if err := r.reconcilePDBs(ctx, c); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.reconcileInstanceAccess(ctx, c); err != nil {
 		return ctrl.Result{}, err
 	}
 	ic, err := r.clients.get(client.ObjectKeyFromObject(c), tls.caSecret, instanceServerName(c))
@@ -227,6 +234,9 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Secret{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
 		Watches(&corev1.PersistentVolumeClaim{}, byLabel).
 		Named("postgrescluster").
 		Complete(r)

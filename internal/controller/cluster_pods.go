@@ -74,8 +74,11 @@ func instancePodSpec(c *tuskv1alpha1.PostgresCluster, name, managerImage string)
 		PriorityClassName:             c.Spec.PriorityClassName,
 		TerminationGracePeriodSeconds: ptr.To[int64](60),
 		EnableServiceLinks:            ptr.To(false),
-		AutomountServiceAccountToken:  ptr.To(false),
-		Hostname:                      name,
+		// The token lets the instance manager renew the primary Lease,
+		// the only right its service account has.
+		ServiceAccountName:           instanceServiceAccountName(c),
+		AutomountServiceAccountToken: ptr.To(true),
+		Hostname:                     name,
 	}
 }
 
@@ -104,6 +107,7 @@ func postgresContainer(c *tuskv1alpha1.PostgresCluster) corev1.Container {
 		Command:         append([]string{binMount + "/tusk", "instance", "run"}, instanceArgs(c)...),
 		Env: []corev1.EnvVar{
 			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+			{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
 			{Name: "PGDATA", Value: pgdata},
 			// kubectl exec psql reaches the local server without flags.
 			{Name: "PGHOST", Value: runMount + "/socket"},
@@ -140,6 +144,7 @@ func instanceArgs(c *tuskv1alpha1.PostgresCluster) []string {
 		"--replication-tls-dir=" + replTLSMount,
 		"--api-client-cn=" + OperatorClientCN,
 		"--config-file=" + configMount + "/" + configFileName,
+		"--lease-name=" + primaryLeaseName(c),
 		"--socket-dir=" + runMount + "/socket",
 		"--run-dir=" + runMount,
 	}
