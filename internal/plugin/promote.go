@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -89,6 +90,9 @@ func requestSwitchover(ctx context.Context, cl client.Client, key client.ObjectK
 		c.Status.TargetPrimary = instance
 		return cl.Status().Patch(ctx, c, patch)
 	})
+	if apierrors.IsForbidden(err) {
+		return "", fmt.Errorf("cannot promote %s: %w (promote needs get and patch on postgresclusters/status, which the tusk-edit role grants)", instance, err)
+	}
 	if err != nil {
 		return "", fmt.Errorf("cannot promote %s: %w", instance, err)
 	}

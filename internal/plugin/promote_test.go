@@ -96,7 +96,11 @@ func TestSwitchoverDone(t *testing.T) {
 }
 
 func TestProgressLines(t *testing.T) {
-	got := strings.Join(progressLines(switchingCluster()), "\n")
+	var lines []string
+	for _, p := range progressLines(switchingCluster()) {
+		lines = append(lines, p.line)
+	}
+	got := strings.Join(lines, "\n")
 	for _, want := range []string{
 		"phase SwitchingOver",
 		"primary orders-1, switching over to orders-2",

@@ -26,20 +26,23 @@ const conditionReady = "Ready"
 // when the operator gives up the switchover or ctx ends.
 func waitForSwitchover(ctx context.Context, cl client.Client, key client.ObjectKey, instance string, w io.Writer) error {
 	start := time.Now()
-	seen := map[string]bool{}
+	last := map[string]string{} // what was printed last, by topic
 	ticker := time.NewTicker(pollInterval)
 	defer ticker.Stop()
 	var lastErr error
 	for {
 		c := &tuskv1alpha1.PostgresCluster{}
 		if lastErr = cl.Get(ctx, key, c); lastErr == nil {
-			for _, line := range progressLines(c) {
-				if !seen[line] {
-					seen[line] = true
-					fmt.Fprintf(w, "[%3.0fs] %s\n", time.Since(start).Seconds(), line)
+			for _, p := range progressLines(c) {
+				if last[p.topic] != p.line {
+					last[p.topic] = p.line
+					fmt.Fprintf(w, "[%3.0fs] %s\n", time.Since(start).Seconds(), p.line)
 				}
 			}
 			done, err := switchoverDone(c, instance)
+			if done {
+				fmt.Fprintf(w, "Done: %s is the primary of %s, and the cluster is Ready (%.0fs).\n", instance, key.Name, time.Since(start).Seconds())
+			}
 			if done || err != nil {
 				return err
 			}
@@ -65,10 +68,10 @@ func timedOut(key client.ObjectKey, instance string, lastErr error) error {
 // why it will not be.
 func switchoverDone(c *tuskv1alpha1.PostgresCluster, instance string) (bool, error) {
 	st := c.Status
-	switch {
-	case st.TargetPrimary == instance:
+	switch st.TargetPrimary {
+	case instance:
 		return st.CurrentPrimary == instance && meta.IsStatusConditionTrue(st.Conditions, conditionReady), nil
-	case st.TargetPrimary == st.CurrentPrimary:
+	case st.CurrentPrimary:
 		return false, fmt.Errorf("the operator refused the switchover to %s and %s stays the primary; kubectl describe pgc %s shows its Warning Event with the reason",
 			instance, st.CurrentPrimary, c.Name)
 	default:
@@ -76,17 +79,21 @@ func switchoverDone(c *tuskv1alpha1.PostgresCluster, instance string) (bool, err
 	}
 }
 
+// progress is one line about one topic (the phase, the primary, a
+// condition); a line is printed when its topic's line changes.
+type progress struct{ topic, line string }
+
 // progressLines describe the cluster's state, one line per thing that
 // changes during a switchover.
-func progressLines(c *tuskv1alpha1.PostgresCluster) []string {
+func progressLines(c *tuskv1alpha1.PostgresCluster) []progress {
 	st := c.Status
 	primary := "primary " + orNone(st.CurrentPrimary)
 	if st.TargetPrimary != st.CurrentPrimary {
 		primary += ", switching over to " + st.TargetPrimary
 	}
-	lines := []string{"phase " + orNone(string(st.Phase)), primary}
+	lines := []progress{{"phase", "phase " + orNone(string(st.Phase))}, {"primary", primary}}
 	for _, cond := range st.Conditions {
-		lines = append(lines, conditionLine(cond))
+		lines = append(lines, progress{"condition " + cond.Type, conditionLine(cond)})
 	}
 	return lines
 }
