@@ -176,7 +176,7 @@ func TestPromoteWithoutWaitingRecordsTheTarget(t *testing.T) {
 
 // operator plays the operator's part once the plugin has recorded the
 // target: it calls step with the cluster until step says it is done.
-func operator(t *testing.T, c *tuskv1alpha1.PostgresCluster, step func(c *tuskv1alpha1.PostgresCluster) bool) chan error {
+func operator(c *tuskv1alpha1.PostgresCluster, step func(c *tuskv1alpha1.PostgresCluster) bool) chan error {
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -204,7 +204,7 @@ func operator(t *testing.T, c *tuskv1alpha1.PostgresCluster, step func(c *tuskv1
 func TestPromoteWaitsForTheSwitchover(t *testing.T) {
 	c, ns := newCluster(t, healthyCluster)
 	steps := 0
-	done := operator(t, c, func(c *tuskv1alpha1.PostgresCluster) bool {
+	done := operator(c, func(c *tuskv1alpha1.PostgresCluster) bool {
 		steps++
 		ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: "SwitchingOver", Message: "Switching the primary from orders-1 to orders-2"}
 		c.Status.Phase = tuskv1alpha1.ClusterPhaseSwitchingOver
@@ -243,7 +243,7 @@ func TestPromoteWaitsForTheSwitchover(t *testing.T) {
 
 func TestPromoteReportsTheOperatorsRefusal(t *testing.T) {
 	c, ns := newCluster(t, healthyCluster)
-	done := operator(t, c, func(c *tuskv1alpha1.PostgresCluster) bool {
+	done := operator(c, func(c *tuskv1alpha1.PostgresCluster) bool {
 		c.Status.TargetPrimary = c.Status.CurrentPrimary
 		return true
 	})
