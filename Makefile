@@ -36,8 +36,9 @@ manifests: ## Regenerate CRDs and RBAC from kubebuilder markers.
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 
 .PHONY: build
-build: ## Build bin/tusk.
+build: ## Build bin/tusk, and bin/kubectl-tusk (the kubectl plugin: the same binary under that name).
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/tusk ./cmd/tusk
+	ln -sfn tusk bin/kubectl-tusk
 
 .PHONY: fmt
 fmt: ## Format the Go code.

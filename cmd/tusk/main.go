@@ -1,15 +1,22 @@
-// Command tusk is the one Tusk binary: the operator (`tusk operator`) and,
-// as Tusk grows, the instance manager inside every PostgreSQL pod.
+// Command tusk is the one Tusk binary: the operator (`tusk operator`), the
+// instance manager inside every PostgreSQL pod (`tusk instance`), and the
+// kubectl plugin when it runs as kubectl-tusk (or as `tusk plugin`).
 package main
 
 import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"tusk.dev/tusk/internal/plugin"
 )
 
 func main() {
-	if err := newRootCommand().Execute(); err != nil {
+	root := newRootCommand()
+	if invokedAsPlugin(os.Args[0]) {
+		root = newPluginCommand(plugin.BinaryName)
+	}
+	if err := root.Execute(); err != nil {
 		os.Exit(1)
 	}
 }
@@ -21,6 +28,6 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: false,
 	}
-	root.AddCommand(newVersionCommand(), newOperatorCommand(), newInstanceCommand(), newWorkloadCommand())
+	root.AddCommand(newVersionCommand(), newOperatorCommand(), newInstanceCommand(), newWorkloadCommand(), newPluginCommand("plugin"))
 	return root
 }

@@ -50,3 +50,30 @@ func TestWorkloadCommandsHaveTheirFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestInvokedAsPlugin(t *testing.T) {
+	for arg0, want := range map[string]bool{
+		"kubectl-tusk":                    true,
+		"/home/me/bin/kubectl-tusk":       true,
+		"kubectl-tusk.exe":                true,
+		"tusk":                            false,
+		"/usr/local/bin/tusk":             false,
+		"/usr/local/bin/kubectl-tusk-old": false,
+	} {
+		if got := invokedAsPlugin(arg0); got != want {
+			t.Errorf("invokedAsPlugin(%q) = %v, want %v", arg0, got, want)
+		}
+	}
+}
+
+func TestPluginCommandHasKubeconfigFlags(t *testing.T) {
+	cmd := newPluginCommand("kubectl-tusk")
+	for _, name := range []string{"kubeconfig", "context", "namespace"} {
+		if cmd.PersistentFlags().Lookup(name) == nil {
+			t.Errorf("kubectl-tusk has no --%s flag", name)
+		}
+	}
+	if f := cmd.PersistentFlags().ShorthandLookup("n"); f == nil || f.Name != "namespace" {
+		t.Errorf("-n is %v, want --namespace", f)
+	}
+}

@@ -142,6 +142,11 @@ func (r *ClusterReconciler) reconcileMembers(ctx context.Context, c *tuskv1alpha
 	if err != nil || changed {
 		return p, err
 	}
+	// A target set by hand (kubectl tusk promote, kubectl patch) is checked
+	// before any label moves: an unsafe one is refused, not half-started.
+	if err := r.refuseUnsafeTarget(ctx, c, v); err != nil {
+		return p, err
+	}
 	// Labels first: a switchover under way takes the primary label away
 	// before its steps; once it is done the new primary gets it at once.
 	if err := r.reconcileRoleLabels(ctx, c, v); err != nil {

@@ -46,6 +46,48 @@ func (r *ClusterReconciler) startSwitchover(ctx context.Context, c *tuskv1alpha1
 	return nil
 }
 
+// refuseUnsafeTarget puts targetPrimary back on currentPrimary, with a
+// Warning Event, when the target cannot safely become the primary: it is
+// not an instance of the cluster, or, before the old primary has stepped
+// down, it is not a ready, streaming replica (stepping down for a target
+// that cannot take over would leave the cluster without a primary).
+func (r *ClusterReconciler) refuseUnsafeTarget(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view) error {
+	why := unsafeTarget(c, v)
+	if why == "" {
+		return nil
+	}
+	refused := c.Status.TargetPrimary
+	c.Status.TargetPrimary = c.Status.CurrentPrimary
+	if err := r.persistStatus(ctx, c); err != nil {
+		c.Status.TargetPrimary = refused
+		return err
+	}
+	r.event(c, corev1.EventTypeWarning, ReasonSwitchoverRefused, "Switchover",
+		"Refused to switch the primary over to %s: %s; %s stays the primary", refused, why, c.Status.CurrentPrimary)
+	return nil
+}
+
+// unsafeTarget says why targetPrimary must not become the primary, or ""
+// when it may, or when the switchover is past stepping the old primary
+// down (going back is no safer than going on then).
+func unsafeTarget(c *tuskv1alpha1.PostgresCluster, v *view) string {
+	if c.Status.TargetPrimary == c.Status.CurrentPrimary {
+		return ""
+	}
+	target := v.member(c.Status.TargetPrimary)
+	if target == nil {
+		return "it is not an instance of this cluster"
+	}
+	old := v.member(c.Status.CurrentPrimary)
+	if old == nil || old.status == nil || old.status.Role != instanceapi.RolePrimary {
+		return ""
+	}
+	if !target.ready() || target.status.Role != instanceapi.RoleReplica || !target.status.Streaming {
+		return "it is not a ready replica streaming from the primary"
+	}
+	return ""
+}
+
 // reconcileSwitchover moves the primary role from currentPrimary to
 // targetPrimary without losing a committed write: the old primary steps
 // down (a clean shutdown sends its standbys every WAL record), the target

@@ -34,6 +34,7 @@ const (
 	ReasonAllInstancesReady       = "AllInstancesReady"
 	ReasonSynchronousDegraded     = "SynchronousDegraded"
 	ReasonVolumeResizeFailed      = "VolumeResizeFailed"
+	ReasonSwitchoverRefused       = "SwitchoverRefused"
 )
 
 // specError is a problem only the user can fix (a missing Secret, an

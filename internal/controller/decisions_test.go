@@ -206,6 +206,43 @@ func TestSwitchoverCandidate(t *testing.T) {
 	}
 }
 
+func TestUnsafeTarget(t *testing.T) {
+	healthy := []inst{{serial: 1, ready: true}, {serial: 2, ready: true, streaming: true, received: "0/3000000"},
+		{serial: 3, streaming: true, received: "0/3000000"}, {serial: 4, ready: true, received: "0/3000000"}}
+	tests := []struct {
+		name       string
+		target     string
+		stepped    bool // the old primary has stepped down already
+		oldSilent  bool // the old primary does not answer
+		wantRefuse bool
+	}{
+		{"no switchover", "pg-1", false, false, false},
+		{"a ready, streaming replica", "pg-2", false, false, false},
+		{"not an instance", "pg-9", false, false, true},
+		{"not an instance, even after the step-down", "pg-9", true, false, true},
+		{"a replica that is not ready", "pg-3", false, false, true},
+		{"a replica that does not stream", "pg-4", false, false, true},
+		{"a replica that is not ready, after the step-down: finish", "pg-3", true, false, false},
+		{"the old primary does not answer: wait", "pg-3", false, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := clusterWithPrimary(4, 1)
+			v := testView(c, healthy...)
+			c.Status.TargetPrimary = tt.target
+			switch old := v.member("pg-1"); {
+			case tt.oldSilent:
+				old.status = nil
+			case tt.stepped:
+				old.status.Role = instanceapi.RoleReplica
+			}
+			if got := unsafeTarget(c, v); (got != "") != tt.wantRefuse {
+				t.Errorf("unsafeTarget = %q, want a refusal: %v", got, tt.wantRefuse)
+			}
+		})
+	}
+}
+
 func TestHasEverything(t *testing.T) {
 	tests := []struct {
 		name                 string

@@ -79,15 +79,24 @@ func (e *Env) Stop() error { return e.env.Stop() }
 // KubeconfigFile writes an administrator kubeconfig for the API server into
 // dir and returns its path, for tools such as kubectl.
 func (e *Env) KubeconfigFile(dir string) (string, error) {
-	user, err := e.env.ControlPlane.AddUser(envtest.User{Name: "tusk-test-admin", Groups: []string{"system:masters"}}, nil)
+	return e.writeKubeconfig(filepath.Join(dir, "kubeconfig"), envtest.User{Name: "tusk-test-admin", Groups: []string{"system:masters"}})
+}
+
+// UserKubeconfigFile writes a kubeconfig for user, who can do only what
+// RBAC grants it or its groups, into dir and returns its path.
+func (e *Env) UserKubeconfigFile(dir, user string, groups ...string) (string, error) {
+	return e.writeKubeconfig(filepath.Join(dir, "kubeconfig-"+user), envtest.User{Name: user, Groups: groups})
+}
+
+func (e *Env) writeKubeconfig(path string, u envtest.User) (string, error) {
+	user, err := e.env.ControlPlane.AddUser(u, nil)
 	if err != nil {
-		return "", fmt.Errorf("while adding a test user: %w", err)
+		return "", fmt.Errorf("while adding the test user %s: %w", u.Name, err)
 	}
 	data, err := user.KubeConfig()
 	if err != nil {
 		return "", fmt.Errorf("while writing a kubeconfig: %w", err)
 	}
-	path := filepath.Join(dir, "kubeconfig")
 	return path, os.WriteFile(path, data, 0o600)
 }
 

@@ -1,0 +1,45 @@
+//go:build integration
+
+package controller
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+)
+
+// A target primary set by hand (kubectl patch, kubectl tusk promote) that
+// is not an instance of the cluster is put back, with a Warning Event, and
+// the primary keeps its label.
+func TestUnknownSwitchoverTargetIsRefused(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cluster := newCluster(ns)
+	create(t, cluster)
+	key := client.ObjectKeyFromObject(cluster)
+	c := clusterWhen(t, key, creating)
+
+	patch := client.MergeFromWithOptions(c.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	c.Status.TargetPrimary = "pg-9"
+	if err := env.Client.Status().Patch(ctx, c, patch); err != nil {
+		t.Fatal(err)
+	}
+	e := waitForEvent(t, ns, ReasonSwitchoverRefused, "pg-9")
+	if e.Type != corev1.EventTypeWarning {
+		t.Errorf("Event %s, want a Warning", e.Type)
+	}
+	clusterWhen(t, key, func(c *tuskv1alpha1.PostgresCluster) error {
+		if c.Status.TargetPrimary != "pg-1" || c.Status.CurrentPrimary != "pg-1" {
+			return fmt.Errorf("targetPrimary %q, currentPrimary %q; want both pg-1", c.Status.TargetPrimary, c.Status.CurrentPrimary)
+		}
+		return nil
+	})
+	if pod := get(t, ns, "pg-1", &corev1.Pod{}); pod.Labels[LabelRole] != "primary" {
+		t.Errorf("pg-1 has role label %q, want primary", pod.Labels[LabelRole])
+	}
+}

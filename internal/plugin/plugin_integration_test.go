@@ -1,0 +1,328 @@
+//go:build integration
+
+package plugin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/testenv"
+)
+
+var (
+	env        *testenv.Env
+	kubeconfig string // the administrator's
+)
+
+// TestMain starts a real API server with Tusk's CRDs. No operator runs:
+// each test writes the status the operator would write, and plays the
+// operator's part where it needs one.
+func TestMain(m *testing.M) {
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	var err error
+	if env, err = testenv.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	dir, err := os.MkdirTemp("", "tusk-plugin-")
+	if err == nil {
+		defer func() { _ = os.RemoveAll(dir) }()
+		kubeconfig, err = env.KubeconfigFile(dir)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+// kubectlTusk runs the plugin in-process, as `kubectl tusk args...` would
+// with the given kubeconfig, and returns what it printed.
+func kubectlTusk(t *testing.T, kc string, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd := NewCommand(BinaryName, genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+	cmd.SetArgs(append([]string{"--kubeconfig", kc}, args...))
+	err := cmd.ExecuteContext(context.Background())
+	t.Logf("kubectl tusk %s:\n%s%s", strings.Join(args, " "), out.String(), errOut.String())
+	return out.String(), err
+}
+
+// newCluster creates the cluster of healthyCluster, with that status
+// written through the status subresource as the operator writes it.
+func newCluster(t *testing.T, status func() *tuskv1alpha1.PostgresCluster) (*tuskv1alpha1.PostgresCluster, string) {
+	t.Helper()
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "plugin-"}}
+	if err := env.Client.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	want := status()
+	c := &tuskv1alpha1.PostgresCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: want.Name, Namespace: ns.Name},
+		Spec:       want.Spec,
+	}
+	c.Spec.Storage.Size = resource.MustParse("1Gi")
+	if err := env.Client.Create(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	c.Status = want.Status
+	if err := env.Client.Status().Update(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	return c, ns.Name
+}
+
+func current(t *testing.T, c *tuskv1alpha1.PostgresCluster) *tuskv1alpha1.PostgresCluster {
+	t.Helper()
+	got := &tuskv1alpha1.PostgresCluster{}
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(c), got); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func TestStatusShowsTheCluster(t *testing.T) {
+	_, ns := newCluster(t, healthyCluster)
+	out, err := kubectlTusk(t, kubeconfig, "-n", ns, "status", "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same table as the renderer's golden file, from the API server.
+	golden(t, "status-healthy", []byte(strings.Replace(out, "(namespace "+ns+")", "(namespace shop)", 1)))
+
+	out, err = kubectlTusk(t, kubeconfig, "--namespace", ns, "status", "orders", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st tuskv1alpha1.PostgresClusterStatus
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("-o json printed %q: %v", out, err)
+	}
+	if st.CurrentPrimary != "orders-1" || len(st.Instances) != 3 || *st.Instances[2].LagBytes != 16<<20+96 {
+		t.Errorf("-o json: %+v", st)
+	}
+	if _, err := kubectlTusk(t, kubeconfig, "-n", ns, "status", "nothing"); err == nil ||
+		!strings.Contains(err.Error(), `PostgresCluster "nothing" not found in namespace "`+ns+`"`) {
+		t.Errorf("status of a missing cluster: %v", err)
+	}
+}
+
+func TestPromoteRefusalsLeaveTheClusterAlone(t *testing.T) {
+	c, ns := newCluster(t, degradedCluster)
+	before := current(t, c)
+	for instance, want := range map[string]string{
+		"orders-1": "orders-1 is already the primary",
+		"orders-9": "orders-9 is not an instance of cluster orders",
+		"orders-3": "orders-3 is not a ready replica",
+	} {
+		if _, err := kubectlTusk(t, kubeconfig, "-n", ns, "promote", "orders", instance); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("promote %s: %v, want an error with %q", instance, err, want)
+		}
+	}
+	if _, err := kubectlTusk(t, kubeconfig, "-n", ns, "promote", "nothing", "orders-2"); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("promote in a missing cluster: %v", err)
+	}
+	if after := current(t, c); after.ResourceVersion != before.ResourceVersion || after.Status.TargetPrimary != "orders-1" {
+		t.Errorf("a refused promote wrote the cluster: resourceVersion %s → %s, targetPrimary %q",
+			before.ResourceVersion, after.ResourceVersion, after.Status.TargetPrimary)
+	}
+}
+
+func TestPromoteWithoutWaitingRecordsTheTarget(t *testing.T) {
+	c, ns := newCluster(t, healthyCluster)
+	out, err := kubectlTusk(t, kubeconfig, "-n", ns, "promote", "orders", "orders-3", "--wait=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "Switching the primary of orders from orders-1 to orders-3") {
+		t.Errorf("promote printed:\n%s", out)
+	}
+	got := current(t, c)
+	if got.Status.TargetPrimary != "orders-3" || got.Status.CurrentPrimary != "orders-1" {
+		t.Errorf("targetPrimary %q, currentPrimary %q; want orders-3, orders-1", got.Status.TargetPrimary, got.Status.CurrentPrimary)
+	}
+	// The rest of the status is the operator's, untouched.
+	if len(got.Status.Instances) != 3 || got.Status.Phase != tuskv1alpha1.ClusterPhaseHealthy {
+		t.Errorf("status changed beyond targetPrimary: %+v", got.Status)
+	}
+	if _, err := kubectlTusk(t, kubeconfig, "-n", ns, "promote", "orders", "orders-2"); err == nil ||
+		!strings.Contains(err.Error(), "a switchover from orders-1 to orders-3 is already under way") {
+		t.Errorf("a second promote: %v", err)
+	}
+}
+
+// operator plays the operator's part once the plugin has recorded the
+// target: it calls step with the cluster until step says it is done.
+func operator(c *tuskv1alpha1.PostgresCluster, step func(c *tuskv1alpha1.PostgresCluster) bool) chan error {
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for ctx.Err() == nil {
+			got := &tuskv1alpha1.PostgresCluster{}
+			err := env.Client.Get(ctx, client.ObjectKeyFromObject(c), got)
+			if err == nil && got.Status.TargetPrimary != got.Status.CurrentPrimary {
+				if step(got) {
+					done <- env.Client.Status().Update(ctx, got)
+					return
+				}
+				if err := env.Client.Status().Update(ctx, got); err != nil && !apierrors.IsConflict(err) {
+					done <- err
+					return
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		done <- ctx.Err()
+	}()
+	return done
+}
+
+func TestPromoteWaitsForTheSwitchover(t *testing.T) {
+	c, ns := newCluster(t, healthyCluster)
+	steps := 0
+	done := operator(c, func(c *tuskv1alpha1.PostgresCluster) bool {
+		steps++
+		ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: "SwitchingOver", Message: "Switching the primary from orders-1 to orders-2"}
+		c.Status.Phase = tuskv1alpha1.ClusterPhaseSwitchingOver
+		if steps > 2 {
+			c.Status.CurrentPrimary, c.Status.Phase = "orders-2", tuskv1alpha1.ClusterPhaseHealthy
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, "ClusterReady", "The primary and every instance are ready"
+		}
+		meta.SetStatusCondition(&c.Status.Conditions, ready)
+		return steps > 2
+	})
+	out, err := kubectlTusk(t, kubeconfig, "-n", ns, "promote", "orders", "orders-2", "--timeout", "30s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// In this order: the state it started from, then each change.
+	rest := out
+	for _, want := range []string{
+		"primary orders-1, switching over to orders-2",
+		"Ready=True (ClusterReady)",
+		"phase SwitchingOver",
+		"Ready=False (SwitchingOver)",
+		"primary orders-2",
+		"Ready=True (ClusterReady)",
+		"Done: orders-2 is the primary of orders, and the cluster is Ready",
+	} {
+		i := strings.Index(rest, want)
+		if i < 0 {
+			t.Fatalf("promote --wait did not print %q in that order", want)
+		}
+		rest = rest[i+len(want):]
+	}
+}
+
+func TestPromoteReportsTheOperatorsRefusal(t *testing.T) {
+	c, ns := newCluster(t, healthyCluster)
+	done := operator(c, func(c *tuskv1alpha1.PostgresCluster) bool {
+		c.Status.TargetPrimary = c.Status.CurrentPrimary
+		return true
+	})
+	_, err := kubectlTusk(t, kubeconfig, "-n", ns, "promote", "orders", "orders-2", "--timeout", "30s")
+	if err == nil || !strings.Contains(err.Error(), "the operator refused the switchover to orders-2") {
+		t.Errorf("promote: %v, want the operator's refusal", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPromoteGivesUpWaitingAfterTheTimeout(t *testing.T) {
+	_, ns := newCluster(t, healthyCluster)
+	start := time.Now()
+	_, err := kubectlTusk(t, kubeconfig, "-n", ns, "promote", "orders", "orders-2", "--timeout", "1s")
+	if err == nil || !strings.Contains(err.Error(), "gave up waiting for orders-2") {
+		t.Errorf("promote: %v, want a timeout", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("a 1s timeout took %s", d)
+	}
+}
+
+// userRoles are config/rbac/user_roles.yaml's ClusterRoles, named as the
+// deployment names them (tusk-edit, tusk-view).
+func userRoles(t *testing.T) []*rbacv1.ClusterRole {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "rbac", "user_roles.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var roles []*rbacv1.ClusterRole
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		role := &rbacv1.ClusterRole{}
+		if err := yaml.UnmarshalStrict([]byte(doc), role); err != nil {
+			t.Fatal(err)
+		}
+		role.Name = "tusk-" + role.Name
+		roles = append(roles, role)
+	}
+	return roles
+}
+
+// The verbs docs/kubectl-plugin.md lists are the ones the user roles
+// grant: a viewer sees the status, an editor promotes too.
+func TestUserRolesAreEnoughForThePlugin(t *testing.T) {
+	ctx := context.Background()
+	for _, role := range userRoles(t) {
+		if err := env.Client.Create(ctx, role); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	c, ns := newCluster(t, healthyCluster)
+	kc := map[string]string{}
+	for _, name := range []string{"view", "edit"} {
+		binding := &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "tusk-" + name},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "a-" + name + "er"}},
+		}
+		if err := env.Client.Create(ctx, binding); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if kc[name], err = env.UserKubeconfigFile(t.TempDir(), "a-"+name+"er"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kubectlTusk(t, kc["view"], "-n", ns, "status", "orders"); err != nil {
+		t.Errorf("a viewer cannot see the status: %v", err)
+	}
+	if _, err := kubectlTusk(t, kc["view"], "-n", ns, "promote", "orders", "orders-2", "--wait=false"); !apierrors.IsForbidden(err) {
+		t.Errorf("a viewer's promote: %v, want Forbidden", err)
+	}
+	if _, err := kubectlTusk(t, kc["edit"], "-n", ns, "promote", "orders", "orders-2", "--wait=false"); err != nil {
+		t.Errorf("an editor cannot promote: %v", err)
+	}
+	if got := current(t, c).Status.TargetPrimary; got != "orders-2" {
+		t.Errorf("targetPrimary %q after the editor's promote, want orders-2", got)
+	}
+}
