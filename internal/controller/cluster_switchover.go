@@ -112,10 +112,14 @@ func (r *ClusterReconciler) reconcileSwitchover(ctx context.Context, c *tuskv1al
 		// The target normally has the checkpoint already: promoting in
 		// this pass, rather than the next, shortens the write gap.
 		if !waitForWAL(ctx, ic, target, checkpoint) {
-			return true, nil
+			return true, r.abortSwitchover(ctx, c, old, ic, fmt.Sprintf("%s did not receive the shutdown checkpoint %s", target.name, checkpoint))
 		}
 	case target.status.Role == instanceapi.RoleReplica && !hasEverything(target.status, old.status):
-		return true, nil
+		// The old primary stepped down, but the target lacks its last
+		// records (it was not streaming when they were written). Only the
+		// old primary has them, and nothing will ever send them now.
+		return true, r.abortSwitchover(ctx, c, old, ic, fmt.Sprintf("%s lacks WAL the former primary wrote (received %s, the former primary has %s)",
+			target.name, target.status.ReceivedLSN, old.status.ReplayedLSN))
 	}
 	if target.status.Role == instanceapi.RoleReplica {
 		if err := ic.call(ctx, target.pod, http.MethodPost, instanceapi.PathPromote, nil, nil); err != nil {
@@ -129,6 +133,22 @@ func (r *ClusterReconciler) reconcileSwitchover(ctx context.Context, c *tuskv1al
 	}
 	r.event(c, corev1.EventTypeNormal, "SwitchedOver", "Switchover", "%s is the primary; %s follows it", target.name, from)
 	return false, nil
+}
+
+// abortSwitchover makes the stepped-down primary the primary again: it has
+// every record, so promoting it loses nothing, and the others follow its
+// new timeline. The switchover is given up; a rollout will try again.
+func (r *ClusterReconciler) abortSwitchover(ctx context.Context, c *tuskv1alpha1.PostgresCluster, old *member, ic *instanceClient, why string) error {
+	if err := ic.call(ctx, old.pod, http.MethodPost, instanceapi.PathPromote, nil, nil); err != nil {
+		return fmt.Errorf("while promoting %s back after an aborted switchover: %w", old.name, err)
+	}
+	target := c.Status.TargetPrimary
+	c.Status.TargetPrimary = c.Status.CurrentPrimary
+	if err := r.persistStatus(ctx, c); err != nil {
+		return err
+	}
+	r.event(c, corev1.EventTypeWarning, "SwitchoverAborted", "Switchover", "Gave up switching over to %s: %s; %s is the primary again", target, why, old.name)
+	return nil
 }
 
 // stepDown shuts the old primary down cleanly and restarts it as a replica

@@ -56,13 +56,19 @@ func (m *Manager) StepDown(ctx context.Context, up instanceapi.Upstream) (instan
 // shutdown checkpoint, or an error when the cluster was not shut down
 // cleanly.
 func (m *Manager) shutdownCheckpoint(ctx context.Context) (instanceapi.StepDownResult, error) {
+	// Started through the reaper: as PID 1 it reaps every child it was
+	// not told about, and Go's own wait would then fail.
 	cmd := exec.CommandContext(ctx, filepath.Join(m.opts.BinDir, "pg_controldata"), "-D", m.opts.DataDir) //nolint:gosec // PostgreSQL's own program
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
-	out, err := cmd.Output()
-	if err != nil {
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := m.reaper.Start(cmd); err != nil {
+		return instanceapi.StepDownResult{}, fmt.Errorf("while starting pg_controldata: %w", err)
+	}
+	if err := m.reaper.Wait(cmd); err != nil {
 		return instanceapi.StepDownResult{}, fmt.Errorf("while running pg_controldata: %w", err)
 	}
-	fields := controlDataFields(string(out))
+	fields := controlDataFields(out.String())
 	if state := fields["Database cluster state"]; state != "shut down" {
 		return instanceapi.StepDownResult{}, fmt.Errorf("postgres did not shut down cleanly (cluster state %q)", state)
 	}
