@@ -29,6 +29,8 @@ func (r *ClusterReconciler) reconcileInstanceAccess(ctx context.Context, c *tusk
 func instanceAccessObjects(c *tuskv1alpha1.PostgresCluster) []client.Object {
 	name := instanceServiceAccountName(c)
 	return []client.Object{
+		// Its built form never changes, so applyOwned never rewrites it
+		// and the holder's spec is the instance managers' alone.
 		&coordinationv1.Lease{ObjectMeta: objectMeta(c, primaryLeaseName(c))},
 		&corev1.ServiceAccount{ObjectMeta: objectMeta(c, name)},
 		&rbacv1.Role{
