@@ -103,8 +103,8 @@ func (r *ClusterReconciler) reconcileSwitchover(ctx context.Context, c *tuskv1al
 	if target == nil || target.status == nil || old == nil || old.status == nil {
 		return true, nil // wait until both answer (a failed primary is issue of failover)
 	}
-	switch {
-	case old.status.Role == instanceapi.RolePrimary:
+	switch switchoverStep(old.status, target.status) {
+	case stepDownFirst:
 		checkpoint, err := r.stepDown(ctx, c, old, ic)
 		if err != nil {
 			return true, err
@@ -114,17 +114,19 @@ func (r *ClusterReconciler) reconcileSwitchover(ctx context.Context, c *tuskv1al
 		if !waitForWAL(ctx, ic, target, checkpoint) {
 			return true, r.abortSwitchover(ctx, c, old, ic, fmt.Sprintf("%s did not receive the shutdown checkpoint %s", target.name, checkpoint))
 		}
-	case target.status.Role == instanceapi.RoleReplica && !hasEverything(target.status, old.status):
-		// The old primary stepped down, but the target lacks its last
-		// records (it was not streaming when they were written). Only the
-		// old primary has them, and nothing will ever send them now.
+		if err := r.promote(ctx, target, ic); err != nil {
+			return true, err
+		}
+	case waitForRoles:
+		return true, nil
+	case giveUp:
 		return true, r.abortSwitchover(ctx, c, old, ic, fmt.Sprintf("%s lacks WAL the former primary wrote (received %s, the former primary has %s)",
 			target.name, target.status.ReceivedLSN, old.status.ReplayedLSN))
-	}
-	if target.status.Role == instanceapi.RoleReplica {
-		if err := ic.call(ctx, target.pod, http.MethodPost, instanceapi.PathPromote, nil, nil); err != nil {
-			return true, fmt.Errorf("while promoting %s: %w", target.name, err)
+	case promoteTarget:
+		if err := r.promote(ctx, target, ic); err != nil {
+			return true, err
 		}
+	case recordOnly:
 	}
 	from := c.Status.CurrentPrimary
 	c.Status.CurrentPrimary = target.name
@@ -133,6 +135,45 @@ func (r *ClusterReconciler) reconcileSwitchover(ctx context.Context, c *tuskv1al
 	}
 	r.event(c, corev1.EventTypeNormal, "SwitchedOver", "Switchover", "%s is the primary; %s follows it", target.name, from)
 	return false, nil
+}
+
+// switchoverAction is the next step of a switchover.
+type switchoverAction int
+
+const (
+	stepDownFirst switchoverAction = iota // the old primary still is one
+	waitForRoles                          // an instance is between roles
+	giveUp                                // the target lacks the old primary's last records
+	promoteTarget                         // the target has everything
+	recordOnly                            // the target was promoted in an earlier pass
+)
+
+// switchoverStep decides the next step from what the old primary and the
+// target report. It never promotes a target that has not received every
+// record of a stepped-down primary, and never gives up while the target
+// might already be the primary.
+func switchoverStep(old, target *instanceapi.Status) switchoverAction {
+	switch {
+	case old.Role == instanceapi.RolePrimary:
+		return stepDownFirst
+	case target.Role == instanceapi.RolePrimary:
+		return recordOnly
+	case old.Role != instanceapi.RoleReplica || target.Role != instanceapi.RoleReplica:
+		return waitForRoles
+	case !hasEverything(target, old):
+		// The old primary stepped down, but the target was not streaming
+		// when its last records were written: only the old primary has
+		// them, and nothing will ever send them now.
+		return giveUp
+	}
+	return promoteTarget
+}
+
+func (r *ClusterReconciler) promote(ctx context.Context, target *member, ic *instanceClient) error {
+	if err := ic.call(ctx, target.pod, http.MethodPost, instanceapi.PathPromote, nil, nil); err != nil {
+		return fmt.Errorf("while promoting %s: %w", target.name, err)
+	}
+	return nil
 }
 
 // abortSwitchover makes the stepped-down primary the primary again: it has

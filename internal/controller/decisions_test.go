@@ -521,3 +521,32 @@ func TestLowersHotStandbySetting(t *testing.T) {
 		t.Fatal("an instance that did not answer lowers nothing")
 	}
 }
+
+func TestSwitchoverStep(t *testing.T) {
+	primary := instanceapi.Status{Role: instanceapi.RolePrimary, CurrentLSN: "0/5000000"}
+	stepped := instanceapi.Status{Role: instanceapi.RoleReplica, ReplayedLSN: "0/5000100"}
+	starting := instanceapi.Status{Role: instanceapi.RoleUnknown}
+	hasAll := instanceapi.Status{Role: instanceapi.RoleReplica, ReceivedLSN: "0/5000100"}
+	lacks := instanceapi.Status{Role: instanceapi.RoleReplica, ReceivedLSN: "0/5000000"}
+	promoted := instanceapi.Status{Role: instanceapi.RolePrimary, CurrentLSN: "0/5000200"}
+	tests := []struct {
+		name        string
+		old, target instanceapi.Status
+		want        switchoverAction
+	}{
+		{"the old primary steps down first", primary, hasAll, stepDownFirst},
+		{"a target with every record is promoted", stepped, hasAll, promoteTarget},
+		{"a target lacking the last records: give up, never promote", stepped, lacks, giveUp},
+		{"an old primary restarting: wait, never promote blind", starting, hasAll, waitForRoles},
+		{"a target restarting: wait, never give up blind", stepped, starting, waitForRoles},
+		{"already promoted in an earlier pass: only record it", stepped, promoted, recordOnly},
+		{"already promoted, the old one restarting: only record it", starting, promoted, recordOnly},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := switchoverStep(&tt.old, &tt.target); got != tt.want {
+				t.Fatalf("switchoverStep = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
