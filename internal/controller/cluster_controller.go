@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -199,19 +200,21 @@ func ctrlSetOwner(owner, obj client.Object, s *runtime.Scheme) error {
 	return controllerutil.SetControllerReference(owner, obj, s)
 }
 
-// indexUserSecrets indexes PostgresClusters by the user Secrets they read.
-const indexUserSecrets = "tusk.dev/user-secrets" //nolint:gosec // an index name, not a credential
-
-// clustersReading maps a Secret to the clusters that read it as the user's.
+// clustersReading maps a Secret to the clusters of its namespace that read
+// it as the user's. It filters the cached list rather than keeping a field
+// index: an index would make the operator's start (and so its leader
+// election) wait for the PostgresCluster informer to sync.
 func (r *ClusterReconciler) clustersReading(ctx context.Context, o client.Object) []reconcile.Request {
 	var list tuskv1alpha1.PostgresClusterList
-	if err := r.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexUserSecrets: o.GetName()}); err != nil {
+	if err := r.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
 		ctrlLog(ctx).Error(err, "Listing the clusters that read a Secret", "secret", o.GetName())
 		return nil
 	}
-	requests := make([]reconcile.Request, 0, len(list.Items))
-	for _, c := range list.Items {
-		requests = append(requests, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
+	var requests []reconcile.Request
+	for i := range list.Items {
+		if slices.Contains(userSecrets(&list.Items[i]), o.GetName()) {
+			requests = append(requests, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
 	}
 	return requests
 }
@@ -226,11 +229,6 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
 	})
-	err := mgr.GetFieldIndexer().IndexField(context.Background(), &tuskv1alpha1.PostgresCluster{}, indexUserSecrets,
-		func(o client.Object) []string { return userSecrets(o.(*tuskv1alpha1.PostgresCluster)) }) //nolint:forcetypeassert // the indexer's own type
-	if err != nil {
-		return fmt.Errorf("while indexing the user's Secrets: %w", err)
-	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tuskv1alpha1.PostgresCluster{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.clustersReading)).

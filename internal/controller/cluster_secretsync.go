@@ -54,8 +54,8 @@ func (r *ClusterReconciler) reconcileSecretPropagation(ctx context.Context, c *t
 	return nil
 }
 
-// userSecrets are the Secrets of the user's that a cluster reads: changes
-// to them are watched through an index on these names.
+// userSecrets are the Secrets of the user's that a cluster reads; a change
+// to one of them reconciles the cluster (see clustersReading).
 func userSecrets(c *tuskv1alpha1.PostgresCluster) []string {
 	var names []string
 	if c.Spec.SuperuserSecret != nil {

@@ -45,7 +45,7 @@ type Options struct {
 // shuts down gracefully (releasing the leader Lease so a standby replica
 // takes over at once).
 func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
-	mgr, err := newManager(cfg, opts)
+	mgr, err := newManager(ctx, cfg, opts)
 	if err != nil {
 		return err
 	}
@@ -62,7 +62,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	return mgr.Start(ctx)
 }
 
-func newManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
+func newManager(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	s, err := scheme.New()
 	if err != nil {
 		return nil, err
@@ -77,6 +77,7 @@ func newManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	shutdown := opts.GracefulShutdownTimeout
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        s,
+		Logger:                        ctrl.LoggerFrom(ctx),
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        opts.ProbeAddr,
 		LeaderElection:                opts.LeaderElect,

@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/testr"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"tusk.dev/tusk/internal/controller"
@@ -70,7 +72,8 @@ func TestOperatorLifecycle(t *testing.T) {
 	defer func() { _ = env.Stop() }()
 
 	probeAddr, metricsAddr := freeAddr(t), freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
+	// The operator's log goes to the test's, so a failure shows what it did.
+	ctx, cancel := context.WithCancel(ctrl.LoggerInto(context.Background(), testr.New(t)))
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, env.Config, Options{
