@@ -124,7 +124,7 @@ func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if p.creating || p.scaling || p.switching || p.rollout.pending || v.readyCount() < len(v.members) {
+	if p.creating || p.scaling || p.switching || p.switched || p.rollout.pending || v.readyCount() < len(v.members) {
 		return ctrl.Result{RequeueAfter: pollChanging}, nil
 	}
 	return ctrl.Result{RequeueAfter: pollSettled}, nil
@@ -153,9 +153,14 @@ func (r *ClusterReconciler) reconcileMembers(ctx context.Context, c *tuskv1alpha
 	if err := r.reconcileRoleLabels(ctx, c, v); err != nil {
 		return p, err
 	}
+	primaryBefore := c.Status.CurrentPrimary
 	if p.switching, err = r.reconcileSwitchover(ctx, c, v, ic); err != nil || p.switching {
 		return p, err
 	}
+	// The instances' reports in v predate a switchover that just
+	// completed: status keeps saying SwitchingOver until the next pass
+	// sees the new roles.
+	p.switched = c.Status.CurrentPrimary != primaryBefore
 	if err := r.reconcileRoleLabels(ctx, c, v); err != nil {
 		return p, err
 	}

@@ -16,6 +16,7 @@ type progress struct {
 	creating    bool    // the first primary is not serving yet
 	scaling     bool    // instances are being added or removed
 	switching   bool    // a switchover is under way
+	switched    bool    // a switchover completed in this pass
 	rollout     rollout // outdated instances
 	syncDegrade bool    // fewer standbys stream than the quorum wants
 }
@@ -88,6 +89,9 @@ func progressingCondition(c *tuskv1alpha1.PostgresCluster, v *view, p progress) 
 		cond.Reason, cond.Message = ReasonCreating, "Creating the primary "+c.Status.CurrentPrimary
 	case p.switching:
 		cond.Reason, cond.Message = ReasonSwitchingOver, fmt.Sprintf("Switching the primary from %s to %s", c.Status.CurrentPrimary, c.Status.TargetPrimary)
+	case p.switched:
+		cond.Reason = ReasonSwitchingOver
+		cond.Message = fmt.Sprintf("Switched the primary to %s; waiting for the instances to report their new roles", c.Status.CurrentPrimary)
 	case p.rollout.halted:
 		cond.Reason, cond.Message = ReasonRolloutHalted, "Rollout halted, "+p.rollout.waiting
 	case p.rollout.pending:
@@ -169,7 +173,7 @@ func phase(p progress, progressing, degraded metav1.Condition) tuskv1alpha1.Clus
 	switch {
 	case p.creating:
 		return tuskv1alpha1.ClusterPhaseCreating
-	case p.switching:
+	case p.switching || p.switched:
 		return tuskv1alpha1.ClusterPhaseSwitchingOver
 	case progressing.Status == metav1.ConditionTrue && progressing.Reason != ReasonScaling:
 		return tuskv1alpha1.ClusterPhaseUpdating

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
@@ -112,7 +113,7 @@ func (r *ClusterReconciler) reconcileSwitchover(ctx context.Context, c *tuskv1al
 		// The target normally has the checkpoint already: promoting in
 		// this pass, rather than the next, shortens the write gap.
 		if !waitForWAL(ctx, ic, target, checkpoint) {
-			return true, r.abortSwitchover(ctx, c, old, ic, fmt.Sprintf("%s did not receive the shutdown checkpoint %s", target.name, checkpoint))
+			return false, r.abortSwitchover(ctx, c, old, ic, fmt.Sprintf("%s did not receive the shutdown checkpoint %s", target.name, checkpoint))
 		}
 		if err := r.promote(ctx, target, ic); err != nil {
 			return true, err
@@ -120,7 +121,7 @@ func (r *ClusterReconciler) reconcileSwitchover(ctx context.Context, c *tuskv1al
 	case waitForRoles:
 		return true, nil
 	case giveUp:
-		return true, r.abortSwitchover(ctx, c, old, ic, fmt.Sprintf("%s lacks WAL the former primary wrote (received %s, the former primary has %s)",
+		return false, r.abortSwitchover(ctx, c, old, ic, fmt.Sprintf("%s lacks WAL the former primary wrote (received %s, the former primary has %s)",
 			target.name, target.status.ReceivedLSN, old.status.ReplayedLSN))
 	case promoteTarget:
 		if err := r.promote(ctx, target, ic); err != nil {
@@ -130,6 +131,7 @@ func (r *ClusterReconciler) reconcileSwitchover(ctx context.Context, c *tuskv1al
 	}
 	from := c.Status.CurrentPrimary
 	c.Status.CurrentPrimary = target.name
+	markSwitched(c)
 	if err := r.persistStatus(ctx, c); err != nil {
 		return true, err
 	}
@@ -174,6 +176,16 @@ func (r *ClusterReconciler) promote(ctx context.Context, target *member, ic *ins
 		return fmt.Errorf("while promoting %s: %w", target.name, err)
 	}
 	return nil
+}
+
+// markSwitched says, in the status written with the new primary, that the
+// instances have yet to report their new roles: nobody reading it should
+// take the Ready of the reports before the switchover for the new state.
+func markSwitched(c *tuskv1alpha1.PostgresCluster) {
+	msg := fmt.Sprintf("Switched the primary to %s; waiting for the instances to report their new roles", c.Status.CurrentPrimary)
+	setCondition(c, metav1.Condition{Type: ConditionProgressing, Status: metav1.ConditionTrue, Reason: ReasonSwitchingOver, Message: msg})
+	setCondition(c, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonSwitchingOver, Message: msg})
+	c.Status.Phase = tuskv1alpha1.ClusterPhaseSwitchingOver
 }
 
 // abortSwitchover makes the stepped-down primary the primary again: it has

@@ -550,3 +550,17 @@ func TestSwitchoverStep(t *testing.T) {
 		})
 	}
 }
+
+// A switchover that completed in this pass is reported from instance
+// reports taken before it: status must not claim Ready from them.
+func TestJustSwitchedIsNotReadyYet(t *testing.T) {
+	c := &tuskv1alpha1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Name: "pg", Generation: 1}}
+	c.Spec.Instances = 1
+	c.Status.CurrentPrimary, c.Status.TargetPrimary = "pg-1", "pg-1"
+	setStatus(c, &view{}, progress{switched: true})
+	ready := meta.FindStatusCondition(c.Status.Conditions, ConditionReady)
+	progressing := meta.FindStatusCondition(c.Status.Conditions, ConditionProgressing)
+	if ready.Status != metav1.ConditionFalse || progressing.Reason != ReasonSwitchingOver || c.Status.Phase != tuskv1alpha1.ClusterPhaseSwitchingOver {
+		t.Fatalf("just switched: Ready %s, Progressing %s, phase %s; want False, %s, SwitchingOver", ready.Status, progressing.Reason, c.Status.Phase, ReasonSwitchingOver)
+	}
+}
