@@ -74,6 +74,7 @@ func newInstanceRunCommand() *cobra.Command {
 	fl.StringVar(&f.roleFile, "role-file", "", "downward API file of the pod's labels; its "+instanceapi.LabelRole+" label overrides --role")
 	fl.StringVar(&o.Upstream.Host, "upstream-host", "", "primary a replica copies and streams from")
 	fl.IntVar(&o.Upstream.Port, "upstream-port", 5432, "port of the upstream")
+	fl.BoolVar(&o.UpstreamPrimaryOnly, "upstream-primary-only", false, "stream only from a primary (target_session_attrs=primary, PostgreSQL 14+): for an upstream Service whose endpoints may lag a switchover")
 	fl.StringVar(&o.InitDB.Database, "database", "app", "application database a new cluster creates")
 	fl.StringVar(&o.InitDB.Owner, "owner", "app", "owner of the application database")
 	fl.StringVar(&o.Secrets.Superuser, "superuser-password-file", "", "file holding the postgres superuser's password")

@@ -136,6 +136,8 @@ func instanceArgs(c *tuskv1alpha1.PostgresCluster) []string {
 		"--role=replica",
 		"--upstream-host=" + rwServiceName(c),
 		"--upstream-port=" + strconv.Itoa(postgresPort),
+		// The -rw Service can still point at a stepped-down primary.
+		"--upstream-primary-only",
 		"--database=" + init.Database,
 		"--owner=" + init.Owner,
 		"--superuser-password-file=" + superuserMount + "/" + keyPassword,

@@ -95,6 +95,9 @@ func (m *Manager) replicationConnInfo(up instanceapi.Upstream) pgconf.ConnInfo {
 	if c := m.replicationCerts; c != nil {
 		ci.SSLCert, ci.SSLKey, ci.SSLRootCert = c.certPath(), c.keyPath(), c.caPath()
 	}
+	if m.opts.UpstreamPrimaryOnly && m.opts.MajorVersion >= 14 {
+		ci.TargetSessionAttrs = "primary"
+	}
 	return ci
 }
 

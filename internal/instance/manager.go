@@ -53,6 +53,12 @@ type Options struct {
 	Role instanceapi.Role
 	// Upstream is the primary a replica streams from.
 	Upstream instanceapi.Upstream
+	// UpstreamPrimaryOnly makes a replica refuse to stream from anything
+	// but a primary. The upstream is then a Service (<cluster>-rw) whose
+	// endpoints lag behind a switchover: without this a stepped-down
+	// primary could connect to itself, a standby now, and stream nothing
+	// forever on its old timeline.
+	UpstreamPrimaryOnly bool
 	// InitDB says what a new primary creates.
 	InitDB InitDBOptions
 	// Secrets name the files with the passwords.

@@ -29,6 +29,10 @@ type ConnInfo struct {
 	SSLCert     string
 	SSLKey      string
 	SSLRootCert string
+	// TargetSessionAttrs, such as "primary", makes libpq refuse a server
+	// of another kind (PostgreSQL 14 and later report in_hot_standby, so
+	// this works on replication connections too).
+	TargetSessionAttrs string
 	// ConnectTimeout bounds each connection attempt; 0 means
 	// DefaultConnectTimeout. libpq counts whole seconds, at least 2.
 	ConnectTimeout time.Duration
@@ -66,6 +70,7 @@ func PrimaryConnInfo(c ConnInfo) string {
 		{"sslcert", c.SSLCert},
 		{"sslkey", c.SSLKey},
 		{"sslrootcert", c.SSLRootCert},
+		{"target_session_attrs", c.TargetSessionAttrs},
 		{"connect_timeout", strconv.Itoa(timeoutSeconds(c.ConnectTimeout))},
 		{"keepalives", "1"},
 		{"keepalives_idle", strconv.Itoa(keepalivesIdle)},

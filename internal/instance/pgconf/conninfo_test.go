@@ -1,6 +1,7 @@
 package pgconf
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -51,5 +52,15 @@ func TestQuoteConnValue(t *testing.T) {
 		if got := quoteConnValue(in); got != want {
 			t.Errorf("quoteConnValue(%q) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+func TestPrimaryConnInfoTargetSessionAttrs(t *testing.T) {
+	got := PrimaryConnInfo(ConnInfo{Host: "orders-rw", User: "tusk_replication", TargetSessionAttrs: "primary"})
+	if !strings.Contains(got, " target_session_attrs=primary ") {
+		t.Fatalf("primary_conninfo %q lacks target_session_attrs=primary", got)
+	}
+	if strings.Contains(PrimaryConnInfo(ConnInfo{Host: "orders-rw"}), "target_session_attrs") {
+		t.Fatal("target_session_attrs rendered although unset")
 	}
 }
