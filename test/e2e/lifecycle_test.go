@@ -389,6 +389,10 @@ func rollingRestart(t *testing.T, ns, cluster string) {
 		time.Since(start).Seconds(), primary, mustGetCluster(t, ns, cluster).Status.CurrentPrimary)
 
 	checkRestartOrder(t, startedBefore, postmasterStartTimes(t, ns, cluster), primary)
+	// Every instance, the stepped-down primary included, follows the new
+	// primary's timeline: a table created now reaches all of them.
+	psql(t, ns, cluster+"-rw", "CREATE TABLE after_rollout ()")
+	waitSameOnEveryInstance(t, ns, cluster, "SELECT count(*) FROM pg_tables WHERE tablename = 'after_rollout'", "1", 2*time.Minute)
 	if mostUnready > 1 {
 		t.Errorf("%d instances were unready at once during the rolling restart, want at most 1", mostUnready)
 	}
