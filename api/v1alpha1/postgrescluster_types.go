@@ -429,11 +429,33 @@ type PostgresClusterStatus struct {
 	// +optional
 	LastInstanceSerial int32 `json:"lastInstanceSerial,omitempty"`
 
-	// Instances is the last report of each instance.
+	// Instances is the last report of each instance. An instance that does
+	// not answer keeps the role, timeline and LSN it last reported: after
+	// an outage, failover never promotes an instance behind one of them.
 	// +listType=map
 	// +listMapKey=name
 	// +optional
 	Instances []InstanceStatus `json:"instances,omitempty"`
+
+	// SynchronousQuorum is the quorum of synchronous standbys the primary
+	// was last confirmed to use, or, while a change reaches the primary, a
+	// quorum at least as strict as both the old and the new. Failover
+	// promotes only one of these standbys, and only when so many of them
+	// answer that one surely has every acknowledged commit. Absent while
+	// replication is asynchronous.
+	// +optional
+	SynchronousQuorum *QuorumStatus `json:"synchronousQuorum,omitempty"`
+}
+
+// QuorumStatus is a primary's synchronous_standby_names: ANY number
+// of the standbys.
+type QuorumStatus struct {
+	// Number is how many of the standbys confirm each commit.
+	Number int32 `json:"number"`
+
+	// Standbys are the instances named.
+	// +listType=set
+	Standbys []string `json:"standbys"`
 }
 
 // ClusterPhase is a one-word summary of a cluster's state.
@@ -534,3 +556,13 @@ type PostgresClusterList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []PostgresCluster `json:"items"`
 }
+
+// AnnotationFencedInstances on a PostgresCluster lists, as a JSON array,
+// the instances to fence: their postgres is stopped and kept stopped, the
+// pod and data kept for inspection, until the name is removed. "*" fences
+// every instance. A fenced primary is not failed over: writes stop until
+// it is unfenced. `kubectl tusk fence` and `unfence` edit it.
+const AnnotationFencedInstances = "tusk.dev/fenced-instances"
+
+// FenceAll in AnnotationFencedInstances fences every instance.
+const FenceAll = "*"

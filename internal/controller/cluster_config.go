@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
@@ -15,15 +17,24 @@ import (
 )
 
 // desiredConfig is the PostgreSQL configuration every instance gets: the
-// user's parameters and the quorum of synchronous standbys. All replicas
-// are listed, so losing one never makes commits wait while enough others
-// remain; in degrade mode the number drops to the standbys actually
-// streaming (none: asynchronous) and status says so.
+// user's parameters and the quorum of synchronous standbys.
 func desiredConfig(c *tuskv1alpha1.PostgresCluster, v *view) instanceapi.Config {
 	cfg := instanceapi.Config{Parameters: c.Spec.PostgreSQL.Parameters}
+	if q := desiredQuorum(c, v); q != nil {
+		cfg.SynchronousStandbyNames = postgres.SynchronousStandbyNames(int(q.Number), q.Standbys)
+	}
+	return cfg
+}
+
+// desiredQuorum is the quorum of synchronous standbys the primary should
+// wait for, or nil for asynchronous replication. All replicas are listed,
+// so losing one never makes commits wait while enough others remain; in
+// degrade mode the number drops to the standbys actually streaming (none:
+// asynchronous) and status says so.
+func desiredQuorum(c *tuskv1alpha1.PostgresCluster, v *view) *tuskv1alpha1.QuorumStatus {
 	sync := c.Spec.PostgreSQL.Synchronous
 	if sync.Mode == tuskv1alpha1.SynchronousOff || c.Status.CurrentPrimary == "" {
-		return cfg
+		return nil
 	}
 	var standbys []string
 	for _, m := range v.members {
@@ -31,12 +42,30 @@ func desiredConfig(c *tuskv1alpha1.PostgresCluster, v *view) instanceapi.Config 
 			standbys = append(standbys, m.name)
 		}
 	}
-	number := int(sync.Number)
+	number := sync.Number
 	if sync.WhenTooFewStandbys != tuskv1alpha1.StandbyShortageBlock {
-		number = min(number, streamingStandbys(v.member(c.Status.CurrentPrimary)))
+		number = min(number, int32(streamingStandbys(v.member(c.Status.CurrentPrimary)))) //nolint:gosec // a handful of standbys
 	}
-	cfg.SynchronousStandbyNames = postgres.SynchronousStandbyNames(number, standbys)
-	return cfg
+	if number <= 0 || len(standbys) == 0 {
+		return nil
+	}
+	slices.Sort(standbys)
+	return &tuskv1alpha1.QuorumStatus{Number: number, Standbys: standbys}
+}
+
+// stricterQuorum is a quorum that holds for commits acknowledged under
+// either the quorum the primary uses (old) or the one it is about to get:
+// any n of the union of both lists, n the smaller number. Whoever answers
+// among N-n+1 of the union includes one of each quorum's confirmers. A
+// primary that was asynchronous (old nil) guaranteed nothing until the new
+// quorum is in force.
+func stricterQuorum(old, next *tuskv1alpha1.QuorumStatus) *tuskv1alpha1.QuorumStatus {
+	if old == nil || next == nil {
+		return old
+	}
+	union := slices.Concat(old.Standbys, next.Standbys)
+	slices.Sort(union)
+	return &tuskv1alpha1.QuorumStatus{Number: min(old.Number, next.Number), Standbys: slices.Compact(union)}
 }
 
 // synchronousDegraded says fewer standbys stream than the quorum asks for:
@@ -78,15 +107,45 @@ func (r *ClusterReconciler) reconcileConfig(ctx context.Context, c *tuskv1alpha1
 	if err != nil {
 		return err
 	}
+	quorum := desiredQuorum(c, v)
 	for _, m := range v.members {
+		primary := m.name == c.Status.CurrentPrimary
+		if primary && m.pod != nil && m.pod.Annotations[AnnotationConfigHash] == hash {
+			c.Status.SynchronousQuorum = quorum // in force, confirmed
+		}
 		// An instance that is not running yet starts with the ConfigMap's
 		// configuration; it is sent the configuration once it runs.
 		if m.status == nil || m.status.Phase != instanceapi.PhaseRunning || m.pod.Annotations[AnnotationConfigHash] == hash {
 			continue
 		}
+		if primary {
+			if err := r.recordQuorumChange(ctx, c, quorum); err != nil {
+				return err
+			}
+		}
 		if err := r.pushConfig(ctx, m, cfg, hash, ic); err != nil {
 			return err
 		}
+		if primary {
+			c.Status.SynchronousQuorum = quorum
+		}
+	}
+	return nil
+}
+
+// recordQuorumChange records, before the primary gets a new quorum, one
+// that covers commits acknowledged under the old and the new: failover
+// must stay safe whatever moment the primary fails at.
+func (r *ClusterReconciler) recordQuorumChange(ctx context.Context, c *tuskv1alpha1.PostgresCluster, next *tuskv1alpha1.QuorumStatus) error {
+	during := stricterQuorum(c.Status.SynchronousQuorum, next)
+	if equality.Semantic.DeepEqual(during, c.Status.SynchronousQuorum) {
+		return nil
+	}
+	previous := c.Status.SynchronousQuorum
+	c.Status.SynchronousQuorum = during
+	if err := r.persistStatus(ctx, c); err != nil {
+		c.Status.SynchronousQuorum = previous
+		return err
 	}
 	return nil
 }

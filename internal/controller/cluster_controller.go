@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -29,6 +30,9 @@ const (
 	pollSettled  = 30 * time.Second
 	pollChanging = 2 * time.Second
 	pollSpecErr  = time.Minute
+	// leaseExpiryMargin is how long after the old primary's Lease
+	// expires, by the operator's clock, the next pass comes.
+	leaseExpiryMargin = 100 * time.Millisecond
 )
 
 // Config is what the operator's reconcilers need from their deployment.
@@ -44,6 +48,7 @@ type ClusterReconciler struct {
 	Config   Config
 	Recorder events.EventRecorder
 	clients  instanceClients
+	leases   *leaseObserver
 }
 
 // +kubebuilder:rbac:groups=tusk.dev,resources=postgresclusters,verbs=get;list;watch;update;patch
@@ -124,7 +129,11 @@ func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if p.creating || p.scaling || p.switching || p.switched || p.rollout.pending || v.readyCount() < len(v.members) {
+	if p.failover.underway && p.failover.wait > 0 {
+		// Promotion waits for the old primary's Lease to expire.
+		return ctrl.Result{RequeueAfter: min(p.failover.wait+leaseExpiryMargin, pollChanging)}, nil
+	}
+	if p.creating || p.scaling || p.switching || p.switched || p.failover.underway || p.rollout.pending || v.readyCount() < len(v.members) {
 		return ctrl.Result{RequeueAfter: pollChanging}, nil
 	}
 	return ctrl.Result{RequeueAfter: pollSettled}, nil
@@ -134,6 +143,14 @@ func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1
 // instances, one kind of step per reconcile.
 func (r *ClusterReconciler) reconcileMembers(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, ic *instanceClient) (progress, error) {
 	var p progress
+	var err error
+	if c.Status.CurrentPrimary != "" {
+		// Before anything else: a failed primary's pod must not be
+		// recreated while a replica can take over.
+		if p.failover, err = r.reconcileFailover(ctx, c, v, ic); err != nil || p.failover.underway {
+			return p, err
+		}
+	}
 	changed, err := r.reconcileInstances(ctx, c, v)
 	p.scaling = changed
 	if primary := v.member(c.Status.CurrentPrimary); primary == nil || !primary.ready() {
@@ -162,6 +179,12 @@ func (r *ClusterReconciler) reconcileMembers(ctx context.Context, c *tuskv1alpha
 	// sees the new roles.
 	p.switched = c.Status.CurrentPrimary != primaryBefore
 	if err := r.reconcileRoleLabels(ctx, c, v); err != nil {
+		return p, err
+	}
+	if err := r.demoteFormerPrimaries(ctx, c, v, ic); err != nil {
+		return p, err
+	}
+	if err := r.reconcileFencing(ctx, c, v, ic); err != nil {
 		return p, err
 	}
 	if err := r.reconcileSecretPropagation(ctx, c, v); err != nil {
@@ -227,6 +250,9 @@ func (r *ClusterReconciler) clustersReading(ctx context.Context, o client.Object
 // SetupWithManager registers the reconciler with mgr. Volumes have no
 // owner (they may outlive the cluster), so they are mapped by label.
 func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.leases == nil {
+		r.leases = newLeaseObserver()
+	}
 	byLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		name := o.GetLabels()[LabelCluster]
 		if name == "" {
@@ -246,6 +272,7 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&rbacv1.Role{}).
 		Owns(&rbacv1.RoleBinding{}).
 		Watches(&corev1.PersistentVolumeClaim{}, byLabel).
+		Watches(&coordinationv1.Lease{}, r.leases.handler()).
 		Named("postgrescluster").
 		Complete(r)
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,7 @@ type progress struct {
 	switched    bool    // a switchover completed in this pass
 	rollout     rollout // outdated instances
 	syncDegrade bool    // fewer standbys stream than the quorum wants
+	failover    failover
 }
 
 // setStatus records what was observed: every instance's report, the
@@ -47,6 +49,9 @@ func instanceStatuses(c *tuskv1alpha1.PostgresCluster, v *view) []tuskv1alpha1.I
 			fillFromReport(&is, m.status, primary)
 		case m.err != nil:
 			is.Phase, is.Message = "Unreachable", m.err.Error()
+			keepLastReport(&is, c.Status.Instances)
+		default:
+			keepLastReport(&is, c.Status.Instances)
 		}
 		if m.pod != nil && waitingReason(m.pod) != "" {
 			is.Message = waitingReason(m.pod)
@@ -54,6 +59,18 @@ func instanceStatuses(c *tuskv1alpha1.PostgresCluster, v *view) []tuskv1alpha1.I
 		out = append(out, is)
 	}
 	return out
+}
+
+// keepLastReport carries an instance's last reported role, timeline and
+// LSN over while it does not answer: failover compares candidates with
+// them (aheadOf).
+func keepLastReport(is *tuskv1alpha1.InstanceStatus, previous []tuskv1alpha1.InstanceStatus) {
+	for _, last := range previous {
+		if last.Name == is.Name {
+			is.Role, is.Timeline, is.LSN = last.Role, last.Timeline, last.LSN
+			return
+		}
+	}
 }
 
 func fillFromReport(is *tuskv1alpha1.InstanceStatus, st *instanceapi.Status, primary *member) {
@@ -87,6 +104,15 @@ func progressingCondition(c *tuskv1alpha1.PostgresCluster, v *view, p progress) 
 	switch {
 	case p.creating:
 		cond.Reason, cond.Message = ReasonCreating, "Creating the primary "+c.Status.CurrentPrimary
+	case p.failover.done:
+		cond.Reason = ReasonFailingOver
+		cond.Message = fmt.Sprintf("Failed over to %s; waiting for the instances to report their new roles", c.Status.CurrentPrimary)
+	case p.failover.underway:
+		cond.Reason = ReasonFailingOver
+		cond.Message = fmt.Sprintf("The primary %s failed (%s); promoting %s", c.Status.CurrentPrimary, p.failover.failed, p.failover.candidate)
+		if p.failover.wait > 0 {
+			cond.Message += fmt.Sprintf(" once its Lease expires (in %s)", p.failover.wait.Round(100*time.Millisecond))
+		}
 	case p.switching:
 		cond.Reason, cond.Message = ReasonSwitchingOver, fmt.Sprintf("Switching the primary from %s to %s", c.Status.CurrentPrimary, c.Status.TargetPrimary)
 	case p.switched:
@@ -118,6 +144,9 @@ func degradedCondition(c *tuskv1alpha1.PostgresCluster, v *view, p progress) met
 		}
 	}
 	switch {
+	case p.failover.blocked != "":
+		cond.Reason = ReasonFailoverBlocked
+		cond.Message = fmt.Sprintf("The primary %s failed (%s) and no replica may take over: %s", c.Status.CurrentPrimary, p.failover.failed, p.failover.blocked)
 	case primary == nil || !primary.ready():
 		cond.Reason, cond.Message = ReasonPrimaryNotReady, "The primary is not ready"
 		if primary != nil {
@@ -173,6 +202,8 @@ func phase(p progress, progressing, degraded metav1.Condition) tuskv1alpha1.Clus
 	switch {
 	case p.creating:
 		return tuskv1alpha1.ClusterPhaseCreating
+	case p.failover.underway:
+		return tuskv1alpha1.ClusterPhaseFailingOver
 	case p.switching || p.switched:
 		return tuskv1alpha1.ClusterPhaseSwitchingOver
 	case progressing.Status == metav1.ConditionTrue && progressing.Reason != ReasonScaling:

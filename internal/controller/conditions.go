@@ -35,6 +35,13 @@ const (
 	ReasonSynchronousDegraded     = "SynchronousDegraded"
 	ReasonVolumeResizeFailed      = "VolumeResizeFailed"
 	ReasonSwitchoverRefused       = "SwitchoverRefused"
+	ReasonFailingOver             = "FailingOver"
+	ReasonFailedOver              = "FailedOver"
+	ReasonFailoverBlocked         = "FailoverBlocked"
+	ReasonDemoting                = "DemotingFormerPrimary"
+	ReasonFenced                  = "Fenced"
+	ReasonUnfenced                = "Unfenced"
+	ReasonFenceInvalid            = "FenceAnnotationInvalid"
 )
 
 // specError is a problem only the user can fix (a missing Secret, an

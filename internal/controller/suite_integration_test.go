@@ -39,6 +39,7 @@ func runSuite(m *testing.M) int {
 	}
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:  s,
+		Cache:   CacheOptions(),
 		Metrics: metricsserver.Options{BindAddress: "0"},
 	})
 	if err == nil {

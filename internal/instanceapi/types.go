@@ -19,6 +19,10 @@ const (
 	PathFollow   = "/v1/follow"
 	PathRestart  = "/v1/restart"
 	PathConfig   = "/v1/config"
+	// PathFence stops postgres and keeps it stopped, the pod kept for
+	// inspection, until PathUnfence.
+	PathFence   = "/v1/fence"
+	PathUnfence = "/v1/unfence"
 )
 
 // DefaultStatusPort is where the instance manager serves HTTP in a pod.
@@ -77,6 +81,11 @@ type Status struct {
 	// Role is what PostgreSQL says it is (pg_is_in_recovery), or unknown
 	// when it does not accept connections.
 	Role Role `json:"role"`
+	// Fenced says the instance was fenced by hand (POST /v1/fence):
+	// postgres is kept stopped, the pod kept for inspection. A primary
+	// that fenced itself for losing its Lease reports PhaseFenced without
+	// it.
+	Fenced bool `json:"fenced,omitempty"`
 	// Ready is what /readyz answers: accepting connections and, for a
 	// replica, streaming or replaying WAL.
 	Ready bool `json:"ready"`

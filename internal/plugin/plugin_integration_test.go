@@ -325,4 +325,41 @@ func TestUserRolesAreEnoughForThePlugin(t *testing.T) {
 	if got := current(t, c).Status.TargetPrimary; got != "orders-2" {
 		t.Errorf("targetPrimary %q after the editor's promote, want orders-2", got)
 	}
+	if _, err := kubectlTusk(t, kc["view"], "-n", ns, "fence", "orders", "orders-2"); !apierrors.IsForbidden(err) {
+		t.Errorf("a viewer's fence: %v, want Forbidden", err)
+	}
+	if _, err := kubectlTusk(t, kc["edit"], "-n", ns, "fence", "orders", "orders-2"); err != nil {
+		t.Errorf("an editor cannot fence: %v", err)
+	}
+}
+
+func TestFenceAndUnfenceEditTheAnnotation(t *testing.T) {
+	c, ns := newCluster(t, healthyCluster)
+	fencedList := func() string { return current(t, c).Annotations[tuskv1alpha1.AnnotationFencedInstances] }
+	steps := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"fence", "orders", "orders-2"}, `["orders-2"]`},
+		{[]string{"fence", "orders", "orders-2"}, `["orders-2"]`}, // idempotent
+		{[]string{"fence", "orders", "orders-3"}, `["orders-2","orders-3"]`},
+		{[]string{"unfence", "orders", "orders-2"}, `["orders-3"]`},
+		{[]string{"unfence", "orders", "orders-3"}, ``}, // the annotation goes
+		{[]string{"fence", "orders", "*"}, `["*"]`},
+		{[]string{"unfence", "orders", "*"}, ``},
+	}
+	for _, s := range steps {
+		if _, err := kubectlTusk(t, kubeconfig, append([]string{"-n", ns}, s.args...)...); err != nil {
+			t.Fatal(err)
+		}
+		if got := fencedList(); got != s.want {
+			t.Fatalf("after %v the annotation is %q, want %q", s.args, got, s.want)
+		}
+	}
+	if _, err := kubectlTusk(t, kubeconfig, "-n", ns, "fence", "orders", "orders-9"); err == nil || !strings.Contains(err.Error(), "orders-9 is not an instance of orders") {
+		t.Errorf("fencing an unknown instance: %v", err)
+	}
+	if got := fencedList(); got != "" {
+		t.Errorf("a refused fence wrote the annotation %q", got)
+	}
 }

@@ -1,0 +1,274 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/instanceapi"
+)
+
+func TestPrimaryFailure(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(p *member)
+		want   string // a word of the reason; "" for healthy
+	}{
+		{"healthy", func(*member) {}, ""},
+		{"pod gone", func(p *member) { p.pod = nil }, "gone"},
+		{"pod being deleted", func(p *member) { p.pod.DeletionTimestamp = &metav1.Time{Time: time.Now()} }, "being deleted"},
+		{"manager does not answer", func(p *member) { p.status, p.err = nil, errTest }, "does not answer"},
+		{"fenced itself", func(p *member) { p.status.Phase, p.status.Role = instanceapi.PhaseFenced, instanceapi.RoleUnknown }, "fenced itself"},
+		// The manager restarts a crashed postgres faster than a failover.
+		{"postgres crashed", func(p *member) { p.status.Phase, p.status.Role = instanceapi.PhaseCrashed, instanceapi.RoleUnknown }, ""},
+		// Fenced by hand: stopped on purpose, not replaced.
+		{"fenced by hand", func(p *member) { p.status.Phase, p.status.Fenced = instanceapi.PhaseFenced, true }, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := clusterWithPrimary(3, 1)
+			v := testView(c, inst{serial: 1, ready: true}, inst{serial: 2, ready: true, streaming: true}, inst{serial: 3, ready: true, streaming: true})
+			tc.change(v.member(c.Status.CurrentPrimary))
+			got := primaryFailure(c, v)
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Errorf("primaryFailure = %q, want one saying %q", got, tc.want)
+			}
+		})
+	}
+}
+
+var errTest = testError("connection refused")
+
+type testError string
+
+func (e testError) Error() string { return string(e) }
+
+func TestFailoverCandidate(t *testing.T) {
+	quorum := func(n int32, serials ...int32) *tuskv1alpha1.QuorumStatus {
+		q := &tuskv1alpha1.QuorumStatus{Number: n}
+		for _, s := range serials {
+			q.Standbys = append(q.Standbys, instanceName("pg", s))
+		}
+		return q
+	}
+	lastSeen := func(serial int32, lsn string) tuskv1alpha1.InstanceStatus {
+		return tuskv1alpha1.InstanceStatus{Name: instanceName("pg", serial), Role: tuskv1alpha1.RoleReplica, LSN: lsn}
+	}
+	cases := []struct {
+		name      string
+		instances []inst
+		quorum    *tuskv1alpha1.QuorumStatus
+		lastSeen  []tuskv1alpha1.InstanceStatus
+		target    int32
+		want      int32  // 0: none
+		blocked   string // a word of why none
+	}{
+		{
+			name:      "async: the most advanced replica",
+			instances: []inst{{serial: 2, received: "0/3000000"}, {serial: 3, received: "0/4000000"}},
+			want:      3,
+		},
+		{
+			name:      "a tie goes to the older instance",
+			instances: []inst{{serial: 2, received: "0/4000000"}, {serial: 3, received: "0/4000000"}},
+			want:      2,
+		},
+		{
+			name:      "async: one replica left answering is enough",
+			instances: []inst{{serial: 2, received: "0/3000000"}, {serial: 3, noStatus: true}},
+			want:      2,
+		},
+		{
+			name:      "quorum ANY 1 of 2: both answer",
+			instances: []inst{{serial: 2, received: "0/3000000"}, {serial: 3, received: "0/2000000"}},
+			quorum:    quorum(1, 2, 3),
+			want:      2,
+		},
+		{
+			// The acknowledged commits may be on 3 alone.
+			name:      "quorum ANY 1 of 2: one answers",
+			instances: []inst{{serial: 2, received: "0/3000000"}, {serial: 3, noStatus: true}},
+			quorum:    quorum(1, 2, 3),
+			blocked:   "only 1 of the 2 standbys",
+		},
+		{
+			name:      "quorum ANY 2 of 3: two answer",
+			instances: []inst{{serial: 2, received: "0/3000000"}, {serial: 3, received: "0/5000000"}, {serial: 4, noPod: true}},
+			quorum:    quorum(2, 2, 3, 4),
+			want:      3,
+		},
+		{
+			// Ahead or not, 4 was not in the quorum: its WAL proves nothing
+			// about acknowledged commits, and the quorum's best has them.
+			name:      "quorum: only a standby of the quorum",
+			instances: []inst{{serial: 2, received: "0/3000000"}, {serial: 3, received: "0/3000000"}, {serial: 4, received: "0/9000000"}},
+			quorum:    quorum(1, 2, 3),
+			want:      2,
+		},
+		{
+			name:      "a replica not running is no candidate",
+			instances: []inst{{serial: 2, noPod: true}, {serial: 3, noStatus: true}},
+			blocked:   "no replica answers",
+		},
+		{
+			// After an outage the first replica back must not win by
+			// being first.
+			name:      "a silent replica was last seen ahead",
+			instances: []inst{{serial: 2, received: "0/3000000"}, {serial: 3, noStatus: true}},
+			lastSeen:  []tuskv1alpha1.InstanceStatus{lastSeen(2, "0/3000000"), lastSeen(3, "0/3500000")},
+			blocked:   "last seen at 0/3500000",
+		},
+		{
+			name:      "a silent replica was last seen behind",
+			instances: []inst{{serial: 2, received: "0/3000000"}, {serial: 3, noStatus: true}},
+			lastSeen:  []tuskv1alpha1.InstanceStatus{lastSeen(3, "0/2000000")},
+			want:      2,
+		},
+		{
+			name:      "a target chosen by hand wins when safe",
+			instances: []inst{{serial: 2, received: "0/3000000"}, {serial: 3, received: "0/3000100"}},
+			target:    2,
+			want:      2,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := clusterWithPrimary(int32(len(tc.instances)+1), 1)
+			c.Status.SynchronousQuorum = tc.quorum
+			c.Status.Instances = tc.lastSeen
+			if tc.target != 0 {
+				c.Status.TargetPrimary = instanceName(c.Name, tc.target)
+			}
+			// The primary's pod is gone.
+			v := testView(c, append([]inst{{serial: 1, noPod: true}}, tc.instances...)...)
+			got, why := failoverCandidate(c, v)
+			wantName := ""
+			if tc.want != 0 {
+				wantName = instanceName(c.Name, tc.want)
+			}
+			if nameOf(got) != wantName {
+				t.Fatalf("candidate = %s (%s), want %q", nameOf(got), why, wantName)
+			}
+			if !strings.Contains(why, tc.blocked) || (tc.blocked == "") != (why == "") {
+				t.Errorf("why = %q, want one saying %q", why, tc.blocked)
+			}
+		})
+	}
+}
+
+func TestStricterQuorum(t *testing.T) {
+	q := func(n int32, names ...string) *tuskv1alpha1.QuorumStatus {
+		return &tuskv1alpha1.QuorumStatus{Number: n, Standbys: names}
+	}
+	cases := []struct {
+		name      string
+		old, next *tuskv1alpha1.QuorumStatus
+		want      *tuskv1alpha1.QuorumStatus
+	}{
+		{"async before: nothing guaranteed yet", nil, q(1, "a", "b"), nil},
+		{"async next: the old one holds until it is in force", q(1, "a", "b"), nil, q(1, "a", "b")},
+		{"a standby added", q(1, "a", "b"), q(1, "a", "b", "c"), q(1, "a", "b", "c")},
+		{"a standby swapped", q(1, "a", "b"), q(1, "b", "c"), q(1, "a", "b", "c")},
+		{"number lowered", q(2, "a", "b", "c"), q(1, "a", "b", "c"), q(1, "a", "b", "c")},
+		{"number raised", q(1, "a", "b", "c"), q(2, "a", "b", "c"), q(1, "a", "b", "c")},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := stricterQuorum(tc.old, tc.next)
+			if (got == nil) != (tc.want == nil) || (got != nil && (got.Number != tc.want.Number || strings.Join(got.Standbys, ",") != strings.Join(tc.want.Standbys, ","))) {
+				t.Errorf("stricterQuorum = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDesiredQuorum(t *testing.T) {
+	c := clusterWithPrimary(3, 1)
+	c.Spec.PostgreSQL.Synchronous = tuskv1alpha1.SynchronousSpec{Mode: tuskv1alpha1.SynchronousQuorum, Number: 1, WhenTooFewStandbys: tuskv1alpha1.StandbyShortageDegrade}
+	v := testView(c, inst{serial: 1, ready: true}, inst{serial: 3, ready: true, streaming: true}, inst{serial: 2, ready: true, streaming: true})
+	q := desiredQuorum(c, v)
+	if q == nil || q.Number != 1 || strings.Join(q.Standbys, ",") != "pg-2,pg-3" {
+		t.Fatalf("desiredQuorum = %+v, want ANY 1 of pg-2, pg-3", q)
+	}
+	// Degrade with no standby streaming is asynchronous: nothing to record.
+	v = testView(c, inst{serial: 1, ready: true}, inst{serial: 2}, inst{serial: 3})
+	if q := desiredQuorum(c, v); q != nil {
+		t.Errorf("desiredQuorum with no standby streaming in degrade mode = %+v, want nil", q)
+	}
+	c.Spec.PostgreSQL.Synchronous.WhenTooFewStandbys = tuskv1alpha1.StandbyShortageBlock
+	if q := desiredQuorum(c, v); q == nil || q.Number != 1 {
+		t.Errorf("desiredQuorum in block mode = %+v, want ANY 1 kept", q)
+	}
+}
+
+func TestLeaseObserver(t *testing.T) {
+	now := time.Unix(1000, 0)
+	o := newLeaseObserver()
+	o.now = func() time.Time { return now }
+	key := types.NamespacedName{Namespace: "ns", Name: "pg-primary"}
+	lease := func(version, holder string) *coordinationv1.Lease {
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pg-primary", ResourceVersion: version}}
+		l.Spec.LeaseDurationSeconds = ptr.To(int32(10))
+		if holder != "" {
+			l.Spec.HolderIdentity = ptr.To(holder)
+		}
+		return l
+	}
+	if s := o.state(key); s.known || s.free {
+		t.Fatalf("an unseen Lease is %+v, want unknown and not free", s)
+	}
+	if !o.observe(lease("1", "pg-1")) {
+		t.Error("the first sighting should count as a change of holder")
+	}
+	now = now.Add(4 * time.Second)
+	if o.observe(lease("2", "pg-1")) {
+		t.Error("a renewal is not a change of holder")
+	}
+	now = now.Add(9 * time.Second)
+	if s := o.state(key); s.free || s.holder != "pg-1" || s.wait != time.Second {
+		t.Errorf("9 s after a renewal of a 10 s Lease: %+v, want held by pg-1 for 1 s more", s)
+	}
+	// The same version seen again (a resync) does not restart the clock.
+	o.observe(lease("2", "pg-1"))
+	now = now.Add(2 * time.Second)
+	if s := o.state(key); !s.free {
+		t.Errorf("11 s after the last renewal: %+v, want free", s)
+	}
+	if !o.observe(lease("3", "")) {
+		t.Error("a release is a change of holder")
+	}
+	if s := o.state(key); !s.free || s.holder != "" {
+		t.Errorf("a released Lease is %+v, want free", s)
+	}
+}
+
+func TestFencedInstances(t *testing.T) {
+	c := clusterWithPrimary(3, 1)
+	for raw, want := range map[string][]bool{ // fenced pg-1, pg-2, pg-3
+		"":                {false, false, false},
+		`["pg-2"]`:        {false, true, false},
+		`["*"]`:           {true, true, true},
+		`["pg-1","pg-3"]`: {true, false, true},
+	} {
+		c.Annotations = map[string]string{tuskv1alpha1.AnnotationFencedInstances: raw}
+		names, err := fencedInstances(c)
+		if err != nil {
+			t.Fatalf("%q: %v", raw, err)
+		}
+		for i, w := range want {
+			if got := fenced(names, instanceName(c.Name, int32(i+1))); got != w {
+				t.Errorf("%q: fenced(pg-%d) = %v, want %v", raw, i+1, got, w)
+			}
+		}
+	}
+	c.Annotations = map[string]string{tuskv1alpha1.AnnotationFencedInstances: "pg-2"}
+	if _, err := fencedInstances(c); err == nil || !strings.Contains(err.Error(), "must be a JSON array") {
+		t.Errorf("a bare name: %v, want a spec error saying what is expected", err)
+	}
+}
