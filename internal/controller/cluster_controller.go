@@ -49,6 +49,7 @@ type ClusterReconciler struct {
 	Recorder events.EventRecorder
 	clients  instanceClients
 	leases   *leaseObserver
+	diverged firstSeen // replicas behind the primary's timeline
 }
 
 // +kubebuilder:rbac:groups=tusk.dev,resources=postgresclusters,verbs=get;list;watch;update;patch
@@ -185,6 +186,9 @@ func (r *ClusterReconciler) reconcileMembers(ctx context.Context, c *tuskv1alpha
 		return p, err
 	}
 	if err := r.reconcileFencing(ctx, c, v, ic); err != nil {
+		return p, err
+	}
+	if err := r.rewindDivergedReplicas(ctx, c, v, ic); err != nil {
 		return p, err
 	}
 	if err := r.reconcileSecretPropagation(ctx, c, v); err != nil {

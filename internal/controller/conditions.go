@@ -42,6 +42,7 @@ const (
 	ReasonFenced                  = "Fenced"
 	ReasonUnfenced                = "Unfenced"
 	ReasonFenceInvalid            = "FenceAnnotationInvalid"
+	ReasonRewinding               = "RewindingReplica"
 )
 
 // specError is a problem only the user can fix (a missing Secret, an

@@ -272,3 +272,38 @@ func TestFencedInstances(t *testing.T) {
 		t.Errorf("a bare name: %v, want a spec error saying what is expected", err)
 	}
 }
+
+func TestDivergedReplica(t *testing.T) {
+	c := clusterWithPrimary(3, 1)
+	v := testView(c, inst{serial: 1, ready: true}, inst{serial: 2, ready: true, streaming: true}, inst{serial: 3, ready: true})
+	primary := v.member("pg-1")
+	primary.status.Timeline = 3
+	streaming, stuck := v.member("pg-2"), v.member("pg-3")
+	streaming.status.Timeline, stuck.status.Timeline = 2, 2
+	if divergedReplica(streaming, primary) {
+		t.Error("a replica streaming on an older timeline is catching up, not diverged")
+	}
+	if !divergedReplica(stuck, primary) {
+		t.Error("a replica on an older timeline that does not stream is diverged")
+	}
+	stuck.status.Timeline = 3
+	if divergedReplica(stuck, primary) {
+		t.Error("a replica on the primary's timeline is not diverged, streaming or not")
+	}
+	if divergedReplica(primary, primary) {
+		t.Error("the primary is never diverged from itself")
+	}
+
+	var f firstSeen
+	at := time.Unix(100, 0)
+	if d := f.heldFor("a", at); d != 0 {
+		t.Errorf("first sighting held for %s, want 0", d)
+	}
+	if d := f.heldFor("a", at.Add(5*time.Second)); d != 5*time.Second {
+		t.Errorf("held for %s, want 5s", d)
+	}
+	f.forget("a")
+	if d := f.heldFor("a", at.Add(9*time.Second)); d != 0 {
+		t.Errorf("after forget held for %s, want 0", d)
+	}
+}
