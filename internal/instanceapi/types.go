@@ -19,6 +19,10 @@ const (
 	PathFollow   = "/v1/follow"
 	PathRestart  = "/v1/restart"
 	PathConfig   = "/v1/config"
+	// PathFence stops postgres (fast) and keeps it stopped, the pod and its
+	// data left for inspection, until PathUnfence; see Status.Fenced.
+	PathFence   = "/v1/fence"
+	PathUnfence = "/v1/unfence"
 )
 
 // DefaultStatusPort is where the instance manager serves HTTP in a pod.
@@ -118,6 +122,13 @@ type Status struct {
 	// password file: on a primary with ALTER ROLE, on a replica to its
 	// passfile only. Nil when no password changed since the manager started.
 	LastPasswordRotation *time.Time `json:"lastPasswordRotation,omitempty"`
+	// Fenced says postgres is kept stopped by hand (POST /v1/fence) until
+	// POST /v1/unfence; Phase is then Fenced. A fenced primary still
+	// renews its Lease: it is the primary, only stopped, and must not be
+	// failed over. A primary that lost its Lease also reports phase Fenced,
+	// but not Fenced: it lifts that fence itself when it holds the Lease
+	// again.
+	Fenced bool `json:"fenced,omitempty"`
 	// Restarts counts unexpected postgres exits the manager recovered from.
 	Restarts int `json:"restarts,omitempty"`
 	// LastError is the last thing that went wrong, for humans.
