@@ -87,7 +87,7 @@ func newInstanceRunCommand() *cobra.Command {
 	fl.StringVar(&o.TLS.APIClientCN, "api-client-cn", instanceapi.DefaultAPIClientCN, "common name of the client certificate allowed to read /status and send commands")
 	fl.DurationVar(&o.SecretsPollInterval, "secrets-poll-interval", instance.DefaultSecretsPollInterval, "how often the mounted certificate and password files are checked for changes")
 	fl.StringVar(&f.configFile, "config-file", "", "JSON file with the initial configuration (parameters, synchronousStandbyNames)")
-	fl.DurationVar(&o.Timeouts.Smart, "smart-shutdown-timeout", o.Timeouts.Smart, "how long sessions may finish on shutdown before fast mode")
+	fl.DurationVar(&o.Timeouts.Smart, "smart-shutdown-timeout", o.Timeouts.Smart, "how long a replica's sessions may finish on shutdown before fast mode (a primary stops fast at once)")
 	fl.DurationVar(&o.Timeouts.Fast, "fast-shutdown-timeout", o.Timeouts.Fast, "how long a fast shutdown may take before immediate mode")
 	fl.StringVar(&o.Lease.Name, "lease-name", "", "the primary Lease (coordination.k8s.io) a primary holds; none when empty")
 	fl.StringVar(&o.Lease.Namespace, "lease-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the primary Lease")

@@ -31,29 +31,52 @@ func (m *Manager) mayStart(ctx context.Context) bool {
 		m.fence(err)
 		return false
 	}
+	m.mu.Lock()
+	m.state.fenced = false
+	m.mu.Unlock()
 	return true
 }
 
-// keepLease renews the primary's Lease; fences postgres when renewals have
-// failed so long that the Lease may expire in the operator's eyes, and
-// starts it again once the Lease is held again. A replica holds no Lease.
+// keepLease runs every renewal period. The primary renews its Lease; an
+// instance that is not the primary releases the Lease if it held it (after
+// a demote) and watches it, so that it can judge its expiry when promoted.
 func (m *Manager) keepLease(ctx context.Context) {
-	st := m.snapshot()
-	if st.role != instanceapi.RolePrimary {
-		if !m.lease.lastRenew.IsZero() {
-			if err := m.lease.release(ctx); err != nil {
-				m.log.Error(err, "Releasing the primary Lease")
-			}
-		}
+	if m.snapshot().role != instanceapi.RolePrimary {
+		m.watchLease(ctx)
 		return
 	}
+	m.renewLease(ctx)
+}
+
+func (m *Manager) watchLease(ctx context.Context) {
+	if !m.lease.lastRenew.IsZero() {
+		if err := m.lease.release(ctx); err != nil {
+			m.log.Error(err, "Releasing the primary Lease")
+		}
+	}
+	if err := m.lease.watch(ctx); err != nil {
+		// Not an emergency: a promotion then waits a full duration from
+		// the promote call instead.
+		m.log.V(1).Info("Could not read the primary Lease", "error", err.Error())
+	}
+}
+
+// renewLease renews the primary's Lease; fences postgres when renewals have
+// failed so long that the Lease may expire in the operator's eyes, and
+// starts it again once the Lease is held again. A primary fenced by hand
+// renews too: it is still the primary, only stopped, and the operator does
+// not fail it over; losing the Lease would let it.
+func (m *Manager) renewLease(ctx context.Context) {
+	st := m.snapshot()
 	err := m.lease.hold(ctx)
 	switch {
 	case err == nil && st.fenced:
-		m.unfence(ctx)
-	case err != nil && !st.fenced && m.lease.mustFence():
+		m.leaseRegained(ctx)
+	case err != nil && st.fenced:
+		m.markFenced(err) // the latest reason, such as the new holder
+	case err != nil && m.lease.mustFence():
 		m.fence(err)
-	case err != nil && !st.fenced:
+	case err != nil:
 		m.log.Info("Could not renew the primary Lease", "error", err.Error())
 	}
 }
@@ -65,18 +88,31 @@ func (m *Manager) fence(reason error) {
 	if err := m.stopPostgres(supervisor.Immediate); err != nil {
 		m.log.Error(err, "Stopping postgres to fence it")
 	}
+	m.markFenced(reason)
+}
+
+// markFenced records a Lease fence and why.
+func (m *Manager) markFenced(reason error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.state.fenced = true
 	m.state.phase = instanceapi.PhaseFenced
-	m.state.lastError = "fenced: " + reason.Error()
+	m.state.lastError = m.state.fenceMessage("fenced: " + reason.Error())
 }
 
-// unfence starts postgres again once the Lease is held.
-func (m *Manager) unfence(ctx context.Context) {
+// leaseRegained lifts the Lease fence once the Lease is held again, and
+// starts postgres unless it is also fenced by hand: only POST /v1/unfence
+// lifts that one.
+func (m *Manager) leaseRegained(ctx context.Context) {
 	m.mu.Lock()
 	m.state.fenced = false
+	byHand := m.state.fencedByHand
+	m.state.lastError = m.state.fenceMessage("")
 	m.mu.Unlock()
+	if byHand {
+		m.log.Info("Holding the primary Lease again; postgres stays stopped: it is fenced by hand")
+		return
+	}
 	m.log.Info("Holding the primary Lease again; starting postgres")
 	if err := m.startPostgres(ctx); err != nil {
 		m.setError(err)

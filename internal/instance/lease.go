@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,14 +69,15 @@ type leaseKeeper struct {
 	opts     LeaseOptions
 	identity string
 	now      func() time.Time
+	log      logr.Logger
 
 	lastRenew       time.Time // when the last successful renewal was sent
 	observedVersion string
 	observedAt      time.Time
 }
 
-func newLeaseKeeper(opts LeaseOptions, identity string) *leaseKeeper {
-	return &leaseKeeper{opts: opts, identity: identity, now: time.Now}
+func newLeaseKeeper(opts LeaseOptions, identity string, log logr.Logger) *leaseKeeper {
+	return &leaseKeeper{opts: opts, identity: identity, now: time.Now, log: log}
 }
 
 // hold acquires the Lease, or renews it when this instance holds it.
@@ -123,10 +125,32 @@ func (k *leaseKeeper) claim(lease *coordinationv1.Lease, at time.Time) {
 	lease.Spec.LeaseDurationSeconds = ptr.To(int32(k.opts.Duration / time.Second)) //nolint:gosec // seconds of a lease
 }
 
+// observe notes when this keeper first saw the Lease's current version:
+// expiry counts from then.
 func (k *leaseKeeper) observe(lease *coordinationv1.Lease) {
-	if lease.ResourceVersion != k.observedVersion {
-		k.observedVersion, k.observedAt = lease.ResourceVersion, k.now()
+	if lease.ResourceVersion == k.observedVersion {
+		return
 	}
+	k.observedVersion, k.observedAt = lease.ResourceVersion, k.now()
+	k.log.V(1).Info("Observed the primary Lease", "holder", ptr.Deref(lease.Spec.HolderIdentity, ""), "resourceVersion", lease.ResourceVersion)
+}
+
+// watch reads the Lease and observes it. An instance that is not the
+// primary watches it all the time, so that when the operator promotes it
+// after a failure the former primary's Lease counts as expired a duration
+// after its last renewal, not a duration after the promote call.
+func (k *leaseKeeper) watch(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, k.opts.RenewEvery)
+	defer cancel()
+	lease, err := k.opts.Client.Leases(k.opts.Namespace).Get(ctx, k.opts.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil // no primary ever held it: nothing to wait for
+	}
+	if err != nil {
+		return fmt.Errorf("while reading the primary Lease: %w", err)
+	}
+	k.observe(lease)
+	return nil
 }
 
 // expired says the Lease has not changed for longer than its duration.
@@ -142,18 +166,16 @@ func (k *leaseKeeper) release(ctx context.Context) error {
 	defer cancel()
 	leases := k.opts.Client.Leases(k.opts.Namespace)
 	lease, err := leases.Get(ctx, k.opts.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
+	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("while reading the primary Lease: %w", err)
 	}
-	if ptr.Deref(lease.Spec.HolderIdentity, "") != k.identity {
-		return nil
-	}
-	lease.Spec.HolderIdentity = nil
-	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("while releasing the primary Lease: %w", err)
+	// Someone else holding it (a fenced primary's successor) is as good as
+	// released: this instance holds nothing more.
+	if err == nil && ptr.Deref(lease.Spec.HolderIdentity, "") == k.identity {
+		lease.Spec.HolderIdentity = nil
+		if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("while releasing the primary Lease: %w", err)
+		}
 	}
 	k.lastRenew = time.Time{}
 	return nil

@@ -152,6 +152,11 @@ type state struct {
 	// fenced: postgres is kept stopped because this primary could not
 	// hold the primary Lease.
 	fenced bool
+	// fencedByHand: postgres is kept stopped because the operator asked
+	// (POST /v1/fence), until POST /v1/unfence. Kept apart from fenced so
+	// that regaining the Lease never lifts it, and lifting it never
+	// bypasses the Lease.
+	fencedByHand bool
 }
 
 // operation is work that must not overlap with supervision: role changes,
@@ -192,7 +197,7 @@ func New(opts Options, log logr.Logger) (*Manager, error) {
 		m.replicationCerts = &certFiles{what: "replication client certificate", src: opts.TLS.ReplicationDir, dst: filepath.Join(opts.RunDir, "replication-tls")}
 	}
 	if opts.Lease.enabled() {
-		m.lease = newLeaseKeeper(opts.Lease, opts.Name)
+		m.lease = newLeaseKeeper(opts.Lease, opts.Name, log.WithName("lease"))
 	}
 	m.metrics = newMetrics(m)
 	return m, nil
@@ -286,19 +291,12 @@ func (m *Manager) supervise(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return m.stopPostgres(supervisor.Smart)
+			return m.shutdown(ctx)
 		case <-m.exited():
 			m.recordCrash()
 			restartAt, backoff = m.scheduleRestart(backoff)
 		case <-restartAt:
-			restartAt = nil
-			if m.snapshot().fenced {
-				continue // it starts again when the Lease is held
-			}
-			if err := m.startPostgres(ctx); err != nil {
-				m.setError(err)
-				restartAt, backoff = m.scheduleRestart(backoff)
-			}
+			restartAt, backoff = m.restart(ctx, backoff)
 		case <-leaseTick:
 			m.keepLease(ctx)
 		case <-poll.C:
@@ -314,6 +312,39 @@ func (m *Manager) supervise(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// shutdown stops postgres when the manager is asked to stop (SIGTERM: the
+// pod is being deleted). A primary stops fast: a smart shutdown would wait
+// for every session, and a writer's pooled sessions would hold the pod for
+// the whole smart timeout; fast still sends every WAL record, the shutdown
+// checkpoint included, to the connected standbys before postgres exits.
+// It then releases the Lease, so the operator can fail over at once
+// instead of waiting for it to expire. A replica takes no writes and
+// nothing waits on it: its read-only sessions may finish, up to the smart
+// timeout, before fast mode ends them.
+func (m *Manager) shutdown(ctx context.Context) error {
+	if m.snapshot().role != instanceapi.RolePrimary {
+		return m.stopPostgres(supervisor.Smart)
+	}
+	if err := m.stopPostgres(supervisor.Fast); err != nil {
+		return err // postgres may still run: keep the Lease
+	}
+	if m.lease == nil {
+		return nil
+	}
+	// ctx is cancelled already; release bounds itself by the renewal period.
+	if err := m.lease.release(context.WithoutCancel(ctx)); err != nil {
+		m.log.Error(err, "Releasing the primary Lease on shutdown")
+	}
+	return nil
+}
+
+// running says a postmaster is running (or starting).
+func (m *Manager) running() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.postgres != nil
 }
 
 // exited is closed when the running postmaster exits; nil (never ready)
@@ -339,6 +370,24 @@ func (m *Manager) recordCrash() {
 		m.state.lastError += ": " + last
 	}
 	m.log.Info("Restarting postgres after an unexpected exit", "exit", fmt.Sprint(pm.ExitErr()), "lastError", pm.LastError())
+}
+
+// restart starts postgres when the restart timer fires, and schedules
+// another attempt when it cannot.
+func (m *Manager) restart(ctx context.Context, backoff time.Duration) (<-chan time.Time, time.Duration) {
+	if m.snapshot().keptStopped() {
+		// Unfence, or holding the Lease again, starts it.
+		m.log.Info("Not starting postgres again: it is fenced")
+		return nil, backoff
+	}
+	if m.running() {
+		return nil, backoff // an operation started it meanwhile
+	}
+	if err := m.startPostgres(ctx); err != nil {
+		m.setError(err)
+		return m.scheduleRestart(backoff)
+	}
+	return nil, backoff
 }
 
 func (m *Manager) scheduleRestart(previous time.Duration) (<-chan time.Time, time.Duration) {

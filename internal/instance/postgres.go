@@ -15,6 +15,9 @@ import (
 // and the run loop must keep serving operations and status meanwhile.
 func (m *Manager) startPostgres(ctx context.Context) error {
 	st := m.snapshot()
+	if st.fencedByHand {
+		return errFencedByHand
+	}
 	if st.fenced {
 		return errFenced
 	}

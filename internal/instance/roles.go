@@ -101,18 +101,31 @@ func (m *Manager) promote(ctx context.Context) (PromoteResult, error) {
 
 // Demote turns a primary into a replica of up: it stops postgres cleanly,
 // rewinds the data directory to the new primary's history and starts as a
-// replica.
+// replica. A primary fenced for want of the Lease (postgres already
+// stopped) is demoted the same way: the fence kept it from taking writes
+// as a primary, and a replica takes none. A hand fence is refused: it is
+// lifted by hand only.
 func (m *Manager) Demote(ctx context.Context, up instanceapi.Upstream) error {
-	_, err := m.do(ctx, "demote", func(ctx context.Context) (any, error) {
-		if err := m.stopPostgres(supervisor.Fast); err != nil {
-			return nil, err
-		}
-		if err := m.rejoin(ctx, up); err != nil {
-			return nil, err
-		}
-		return nil, m.startPostgres(ctx)
-	})
+	_, err := m.do(ctx, "demote", func(ctx context.Context) (any, error) { return nil, m.demote(ctx, up) })
 	return err
+}
+
+func (m *Manager) demote(ctx context.Context, up instanceapi.Upstream) error {
+	if m.snapshot().fencedByHand {
+		return errFencedByHand
+	}
+	if err := m.stopPostgres(supervisor.Fast); err != nil {
+		return err
+	}
+	// A failed rejoin leaves the role and the fence as they were, so it
+	// never starts as a primary without the Lease.
+	if err := m.rejoin(ctx, up); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.state.fenced = false
+	m.mu.Unlock()
+	return m.startPostgres(ctx)
 }
 
 // rejoin makes a stopped former primary's data directory follow up:

@@ -120,6 +120,12 @@ func (m *Manager) routes() http.Handler {
 	mux.HandleFunc("POST "+instanceapi.PathRestart, func(w http.ResponseWriter, r *http.Request) {
 		reply(w, map[string]string{"result": "restarted"}, m.Restart(r.Context()))
 	})
+	mux.HandleFunc("POST "+instanceapi.PathFence, func(w http.ResponseWriter, r *http.Request) {
+		reply(w, map[string]string{"result": "fenced"}, m.Fence(r.Context()))
+	})
+	mux.HandleFunc("POST "+instanceapi.PathUnfence, func(w http.ResponseWriter, r *http.Request) {
+		reply(w, map[string]string{"result": "unfenced"}, m.Unfence(r.Context()))
+	})
 	mux.HandleFunc("PUT "+instanceapi.PathConfig, func(w http.ResponseWriter, r *http.Request) {
 		var cfg instanceapi.Config
 		if err := json.NewDecoder(r.Body).Decode(&cfg); err != nil {

@@ -18,6 +18,7 @@ func (m *Manager) Status(ctx context.Context) instanceapi.Status {
 		Instance:     m.opts.Name,
 		Phase:        st.phase,
 		Role:         instanceapi.RoleUnknown,
+		Fenced:       st.fencedByHand,
 		Restarts:     st.restarts,
 		LastError:    st.lastError,
 		DataDirBytes: m.dataDirSize(),

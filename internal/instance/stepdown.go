@@ -26,6 +26,10 @@ func (m *Manager) StepDown(ctx context.Context, up instanceapi.Upstream) (instan
 		if st := m.snapshot(); st.role != instanceapi.RolePrimary {
 			return instanceapi.StepDownResult{}, errors.New("this instance is not the primary")
 		}
+		if !m.running() {
+			// A fenced primary has no clean shutdown to hand over.
+			return instanceapi.StepDownResult{}, errors.New("postgres is not running")
+		}
 		if err := m.stopPostgres(supervisor.Fast); err != nil {
 			return instanceapi.StepDownResult{}, err
 		}

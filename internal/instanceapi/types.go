@@ -19,8 +19,8 @@ const (
 	PathFollow   = "/v1/follow"
 	PathRestart  = "/v1/restart"
 	PathConfig   = "/v1/config"
-	// PathFence stops postgres and keeps it stopped, the pod kept for
-	// inspection, until PathUnfence.
+	// PathFence stops postgres (fast) and keeps it stopped, the pod and its
+	// data left for inspection, until PathUnfence; see Status.Fenced.
 	PathFence   = "/v1/fence"
 	PathUnfence = "/v1/unfence"
 )
@@ -81,11 +81,6 @@ type Status struct {
 	// Role is what PostgreSQL says it is (pg_is_in_recovery), or unknown
 	// when it does not accept connections.
 	Role Role `json:"role"`
-	// Fenced says the instance was fenced by hand (POST /v1/fence):
-	// postgres is kept stopped, the pod kept for inspection. A primary
-	// that fenced itself for losing its Lease reports PhaseFenced without
-	// it.
-	Fenced bool `json:"fenced,omitempty"`
 	// Ready is what /readyz answers: accepting connections and, for a
 	// replica, streaming or replaying WAL.
 	Ready bool `json:"ready"`
@@ -127,6 +122,13 @@ type Status struct {
 	// password file: on a primary with ALTER ROLE, on a replica to its
 	// passfile only. Nil when no password changed since the manager started.
 	LastPasswordRotation *time.Time `json:"lastPasswordRotation,omitempty"`
+	// Fenced says postgres is kept stopped by hand (POST /v1/fence) until
+	// POST /v1/unfence; Phase is then Fenced. A fenced primary still
+	// renews its Lease: it is the primary, only stopped, and must not be
+	// failed over. A primary that lost its Lease also reports phase Fenced,
+	// but not Fenced: it lifts that fence itself when it holds the Lease
+	// again.
+	Fenced bool `json:"fenced,omitempty"`
 	// Restarts counts unexpected postgres exits the manager recovered from.
 	Restarts int `json:"restarts,omitempty"`
 	// LastError is the last thing that went wrong, for humans.

@@ -75,6 +75,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	defer stopAPIServer()
 	return m.Run()
 }
 
@@ -106,6 +107,7 @@ type node struct {
 	dir      string
 	port     int
 	httpPort int
+	args     []string
 	cmd      *exec.Cmd
 	exited   chan struct{}
 	// scheme and client reach the HTTP API: https with the operator's
@@ -142,7 +144,7 @@ func writeSecret(t testing.TB, dir, name, value string) string {
 
 func startNode(t testing.TB, name string, o nodeOptions) *node {
 	t.Helper()
-	n := &node{t: t, name: name, dir: workDir(t), port: testenv.FreePort(t), httpPort: testenv.FreePort(t), exited: make(chan struct{}),
+	n := &node{t: t, name: name, dir: workDir(t), port: testenv.FreePort(t), httpPort: testenv.FreePort(t),
 		scheme: "http", client: http.DefaultClient}
 	for _, sub := range []string{"socket", "run", "secrets"} {
 		if err := os.Mkdir(filepath.Join(n.dir, sub), 0o700); err != nil {
@@ -186,6 +188,8 @@ func startNode(t testing.TB, name string, o nodeOptions) *node {
 }
 
 func (n *node) start(args []string) {
+	n.args = args
+	n.exited = make(chan struct{})
 	n.cmd = exec.Command(tuskBinary, args...)
 	n.cmd.Stdout = n
 	n.cmd.Stderr = n
@@ -193,10 +197,34 @@ func (n *node) start(args []string) {
 	if err := n.cmd.Start(); err != nil {
 		n.t.Fatal(err)
 	}
+	cmd, exited := n.cmd, n.exited
 	go func() {
-		_ = n.cmd.Wait()
-		close(n.exited)
+		_ = cmd.Wait()
+		close(exited)
 	}()
+}
+
+// rerun starts the manager again, as the kubelet restarts a container.
+func (n *node) rerun() {
+	n.t.Helper()
+	select {
+	case <-n.exited:
+	default:
+		n.t.Fatalf("%s is still running", n.name)
+	}
+	n.start(n.args)
+}
+
+// kill ends the manager with SIGKILL, as a node failure would: it releases
+// nothing. Its postgres gets the parent-death signal and stops at once.
+func (n *node) kill() {
+	n.t.Helper()
+	_ = n.cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-n.exited:
+	case <-time.After(waitTimeout):
+		n.t.Fatalf("%s did not exit after SIGKILL", n.name)
+	}
 }
 
 // Write collects the manager's output, shown when a test fails.
@@ -237,6 +265,36 @@ func (n *node) stopIfRunning() {
 	if n.t.Failed() {
 		n.t.Logf("output of %s:\n%s", n.name, n.logs())
 	}
+}
+
+// waitLog waits until one line of the manager's output contains every one
+// of parts, and returns when the test saw it: the line was written then or
+// earlier.
+func (n *node) waitLog(parts ...string) time.Time {
+	n.t.Helper()
+	testenv.Eventually(n.t, waitTimeout, func(context.Context) error {
+		for line := range strings.Lines(n.logs()) {
+			if containsAll(line, parts) {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s logged no line with %q", n.name, parts)
+	})
+	return time.Now()
+}
+
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// postgresProcesses lists this node's postmaster and its children.
+func (n *node) postgresProcesses() []string {
+	return processesMatching("postgres -D "+filepath.Join(n.dir, "pgdata"), "postgres: "+n.cluster()+":")
 }
 
 // cluster is the node's cluster_name, unique per node, so its processes'

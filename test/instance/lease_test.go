@@ -30,37 +30,117 @@ import (
 	"tusk.dev/tusk/internal/testenv"
 )
 
-// Short Lease timings, so the test sees fencing and expiry in seconds.
+// Short Lease timings, so the tests see fencing and expiry in seconds.
 const (
-	testLeaseDuration = 4 * time.Second
-	testLeaseName     = "pg-primary"
+	testLeaseDuration   = 4 * time.Second
+	testLeaseRenewEvery = 500 * time.Millisecond
 )
+
+// apiServer is one envtest API server the Lease tests share; each test
+// uses a Lease of its own.
+var apiServer struct {
+	once sync.Once
+	env  *testenv.Env
+	err  error
+}
+
+func sharedAPIServer(t *testing.T) *testenv.Env {
+	t.Helper()
+	apiServer.once.Do(func() {
+		ctrllog.SetLogger(logr.Discard()) // envtest's client logs through it
+		apiServer.env, apiServer.err = testenv.Start()
+	})
+	if apiServer.err != nil {
+		t.Fatal(apiServer.err)
+	}
+	return apiServer.env
+}
+
+// stopAPIServer stops the shared API server, if a test started it.
+func stopAPIServer() {
+	if apiServer.env != nil {
+		_ = apiServer.env.Stop()
+	}
+}
+
+// testLease is one Lease on the shared API server. Its methods take the
+// calling test, which may be a subtest.
+type testLease struct {
+	env    *testenv.Env
+	name   string
+	leases typedcoordination.LeaseInterface
+}
+
+func newTestLease(t *testing.T, name string) *testLease {
+	t.Helper()
+	env := sharedAPIServer(t)
+	return &testLease{env: env, name: name, leases: kubernetes.NewForConfigOrDie(env.Config).CoordinationV1().Leases("default")}
+}
+
+// args are the instance manager's flags for this Lease, reached at addr
+// (the API server's own address, or a proxy's).
+func (l *testLease) args(t *testing.T, addr string) []string {
+	return []string{
+		"--lease-name", l.name, "--lease-namespace", "default", "--kubeconfig", writeKubeconfig(t, l.env.Config, addr),
+		"--lease-duration", testLeaseDuration.String(), "--lease-renew-every", testLeaseRenewEvery.String(), "--lease-fence-margin", "1500ms",
+	}
+}
+
+// addr is the API server's address, without a proxy.
+func (l *testLease) addr(t *testing.T) string {
+	u, err := url.Parse(l.env.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Host
+}
+
+func (l *testLease) get(t *testing.T) *coordinationv1.Lease {
+	t.Helper()
+	lease, err := l.leases.Get(context.Background(), l.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("reading the Lease: %v", err)
+	}
+	if lease.Spec.RenewTime == nil {
+		t.Fatalf("the Lease %s was never renewed", l.name)
+	}
+	return lease
+}
+
+func (l *testLease) holder(t *testing.T) string { return ptr.Deref(l.get(t).Spec.HolderIdentity, "") }
+
+func (l *testLease) renewTime(t *testing.T) time.Time { return l.get(t).Spec.RenewTime.Time }
+
+func (l *testLease) waitHolder(t *testing.T, want string) {
+	t.Helper()
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		lease, err := l.leases.Get(ctx, l.name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if got := ptr.Deref(lease.Spec.HolderIdentity, ""); got != want {
+			return errors.New("holder " + got)
+		}
+		return nil
+	})
+}
 
 // TestPrimaryLease: a primary holds the cluster's Lease; cut off from the
 // API server it fences itself (a session opened before commits nothing
 // after) before the Lease could expire, and comes back once it renews; a
 // Lease another instance holds keeps it fenced until that Lease expires.
 func TestPrimaryLease(t *testing.T) {
-	ctrllog.SetLogger(logr.Discard()) // envtest's client logs through it
-	env, err := testenv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	proxy := newTCPProxy(t, env.Config.Host)
-	leases := kubernetes.NewForConfigOrDie(env.Config).CoordinationV1().Leases("default")
-	leaseArgs := []string{
-		"--lease-name", testLeaseName, "--lease-namespace", "default", "--kubeconfig", writeKubeconfig(t, env.Config, proxy.addr),
-		"--lease-duration", testLeaseDuration.String(), "--lease-renew-every", "500ms", "--lease-fence-margin", "1500ms",
-	}
+	lease := newTestLease(t, "pg-primary")
+	proxy := newTCPProxy(t, lease.addr(t))
+	leaseArgs := lease.args(t, proxy.addr)
 	primary := startNode(t, "lease-1", nodeOptions{role: instanceapi.RolePrimary, extraArgs: leaseArgs})
 	primary.waitReady(instanceapi.RolePrimary)
-	waitLeaseHolder(t, leases, "lease-1")
+	lease.waitHolder(t, "lease-1")
 	primary.exec("CREATE TABLE ticks (at timestamptz NOT NULL DEFAULT clock_timestamp())")
 
 	t.Run("cut off from the API server, it fences before the Lease expires", func(t *testing.T) {
 		stopWriting := writeUntilRefused(t, primary)
-		renewed := leaseRenewTime(t, leases)
+		renewed := lease.renewTime(t)
 		proxy.cut()
 		primary.waitFor("fenced", isFenced)
 		last := stopWriting()
@@ -76,11 +156,11 @@ func TestPrimaryLease(t *testing.T) {
 	})
 
 	t.Run("a Lease another instance holds keeps it fenced until it expires", func(t *testing.T) {
-		stop := holdLease(t, leases, "intruder")
+		stop := holdLease(t, lease, "intruder")
 		primary.waitFor("fenced by the intruder's Lease", isFenced)
 		stop()
 		primary.waitReady(instanceapi.RolePrimary)
-		waitLeaseHolder(t, leases, "lease-1")
+		lease.waitHolder(t, "lease-1")
 	})
 
 	t.Run("a switchover hands the Lease over without waiting for it to expire", func(t *testing.T) {
@@ -88,9 +168,9 @@ func TestPrimaryLease(t *testing.T) {
 		replica.waitReady(instanceapi.RoleReplica)
 		up := instanceapi.FollowRequest{Upstream: instanceapi.Upstream{Host: "127.0.0.1", Port: replica.port}}
 		primary.command(http.MethodPost, instanceapi.PathStepDown, up, nil)
-		waitLeaseHolder(t, leases, "") // released
+		lease.waitHolder(t, "") // released
 		replica.command(http.MethodPost, instanceapi.PathPromote, nil, nil)
-		waitLeaseHolder(t, leases, "lease-2")
+		lease.waitHolder(t, "lease-2")
 		replica.waitReady(instanceapi.RolePrimary)
 		primary.waitReady(instanceapi.RoleReplica)
 	})
@@ -135,43 +215,20 @@ func writeUntilRefused(t *testing.T, n *node) (stop func() time.Time) {
 	}
 }
 
-func leaseRenewTime(t *testing.T, leases typedcoordination.LeaseInterface) time.Time {
-	t.Helper()
-	l, err := leases.Get(context.Background(), testLeaseName, metav1.GetOptions{})
-	if err != nil || l.Spec.RenewTime == nil {
-		t.Fatalf("reading the Lease: %v", err)
-	}
-	return l.Spec.RenewTime.Time
-}
-
-func waitLeaseHolder(t *testing.T, leases typedcoordination.LeaseInterface, want string) {
-	t.Helper()
-	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
-		l, err := leases.Get(ctx, testLeaseName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if got := ptr.Deref(l.Spec.HolderIdentity, ""); got != want {
-			return errors.New("holder " + got)
-		}
-		return nil
-	})
-}
-
 // holdLease takes the Lease as identity and renews it until stop.
-func holdLease(t *testing.T, leases typedcoordination.LeaseInterface, identity string) (stop func()) {
+func holdLease(t *testing.T, l *testLease, identity string) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	take := func() error {
-		l, err := leases.Get(ctx, testLeaseName, metav1.GetOptions{})
+		lease, err := l.leases.Get(ctx, l.name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		now := metav1.NewMicroTime(time.Now())
-		l.Spec = coordinationv1.LeaseSpec{HolderIdentity: ptr.To(identity), RenewTime: &now, AcquireTime: &now,
+		lease.Spec = coordinationv1.LeaseSpec{HolderIdentity: ptr.To(identity), RenewTime: &now, AcquireTime: &now,
 			LeaseDurationSeconds: ptr.To(int32(testLeaseDuration / time.Second))}
-		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+		_, err = l.leases.Update(ctx, lease, metav1.UpdateOptions{})
 		return err
 	}
 	testenv.Eventually(t, waitTimeout, func(context.Context) error { return take() })
@@ -220,13 +277,9 @@ type tcpProxy struct {
 	conns  []net.Conn
 }
 
-func newTCPProxy(t *testing.T, host string) *tcpProxy {
+func newTCPProxy(t *testing.T, target string) *tcpProxy {
 	t.Helper()
-	u, err := url.Parse(host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &tcpProxy{t: t, target: u.Host}
+	p := &tcpProxy{t: t, target: target}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
