@@ -168,7 +168,15 @@ func leastValuableReplica(c *tuskv1alpha1.PostgresCluster, v *view) *member {
 	if len(candidates) == 0 {
 		return nil
 	}
+	fencedByHand := func(m *member) bool { return m.status != nil && m.status.Fenced }
 	slices.SortStableFunc(candidates, func(a, b *member) int {
+		if fencedByHand(a) != fencedByHand(b) {
+			// Kept for inspection: removed last.
+			if fencedByHand(a) {
+				return 1
+			}
+			return -1
+		}
 		if a.ready() != b.ready() {
 			if !a.ready() {
 				return -1

@@ -52,6 +52,11 @@ func (r *ClusterReconciler) reconcileRollout(ctx context.Context, c *tuskv1alpha
 	}
 	ro := rollout{pending: true}
 	for _, m := range v.members {
+		if m.status != nil && m.status.Fenced {
+			// Kept for inspection: neither replaced nor restarted.
+			ro.waiting = fmt.Sprintf("%s is fenced by hand (annotation %s)", m.name, tuskv1alpha1.AnnotationFencedInstances)
+			return ro, nil
+		}
 		if !m.ready() && outdated(m, hash) && m.pod.DeletionTimestamp == nil {
 			// It serves nothing, so replacing it takes nothing down; this is
 			// how a new spec fixes a rollout that halted on a broken one.

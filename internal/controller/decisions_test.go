@@ -19,6 +19,7 @@ type inst struct {
 	noStatus  bool   // the manager did not answer
 	noPod     bool   // only the volume exists
 	outdated  bool   // the pod was built from another spec
+	fenced    bool   // fenced by hand
 	streaming bool   // a replica with a live WAL receiver
 	received  string // a replica's received LSN
 }
@@ -46,7 +47,7 @@ func testView(c *tuskv1alpha1.PostgresCluster, instances ...inst) *view {
 		}
 		if !in.noStatus && !in.noPod {
 			st := &instanceapi.Status{Instance: name, Phase: "Running", Role: instanceapi.RoleReplica, Ready: in.ready,
-				Streaming: in.streaming, ReceivedLSN: in.received, ReplayedLSN: in.received}
+				Streaming: in.streaming, ReceivedLSN: in.received, ReplayedLSN: in.received, Fenced: in.fenced}
 			if name == c.Status.CurrentPrimary {
 				st.Role, st.Streaming, st.ReceivedLSN, st.ReplayedLSN, st.CurrentLSN = instanceapi.RolePrimary, false, "", "", "0/5000000"
 			}
@@ -103,6 +104,10 @@ func TestLeastValuableReplica(t *testing.T) {
 			[]inst{{serial: 1, ready: true}, {serial: 2, ready: true}, {serial: 3}}, "pg-2"},
 		{"a replica without a pod counts as not ready", 1, 1,
 			[]inst{{serial: 1, ready: true}, {serial: 2, noPod: true}, {serial: 3, ready: true}}, "pg-2"},
+		{"a replica fenced by hand last: it is kept for inspection", 1, 1,
+			[]inst{{serial: 1, ready: true}, {serial: 2, ready: true}, {serial: 3, fenced: true}}, "pg-2"},
+		{"a replica fenced by hand when nothing else is left", 1, 1,
+			[]inst{{serial: 1, ready: true}, {serial: 2, fenced: true}}, "pg-2"},
 		{"none when only the primary is left", 1, 1, []inst{{serial: 1}}, ""},
 		{"none when only the primary and the target are left", 1, 2,
 			[]inst{{serial: 1, ready: true}, {serial: 2, ready: true}}, ""},

@@ -307,3 +307,18 @@ func TestDivergedReplica(t *testing.T) {
 		t.Errorf("after forget held for %s, want 0", d)
 	}
 }
+
+// A rollout never replaces or restarts an instance fenced by hand, even an
+// outdated one that is down: its pod is kept for inspection.
+func TestRolloutLeavesAFencedInstanceAlone(t *testing.T) {
+	c := clusterWithPrimary(3, 1)
+	v := testView(c, inst{serial: 1, ready: true}, inst{serial: 2, ready: true, streaming: true}, inst{serial: 3, outdated: true, fenced: true})
+	r := &ClusterReconciler{Config: Config{InstanceManagerImage: testManagerImage}}
+	ro, err := r.reconcileRollout(t.Context(), c, v, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ro.pending || !strings.Contains(ro.waiting, "pg-3 is fenced by hand") {
+		t.Errorf("rollout = %+v, want it pending and waiting on the fenced pg-3", ro)
+	}
+}
