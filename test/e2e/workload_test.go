@@ -199,23 +199,25 @@ func jsonObject(out string) string {
 
 // Check runs `tusk workload check` in the tools container against -rw (the
 // primary, which has every row) and returns its report; the caller asserts
-// on it (assertNoWriteLost). It may run while the writer runs: the checker
-// reads the ledger before the rows, so every acknowledgement it reads was
-// committed before the rows are read.
+// on it (assertNoWriteLost). Before Stop it checks with --live: rows the
+// writer attempted after the checker read the ledger are not phantoms.
 func (w *workloadWriter) Check(t *testing.T) *workload.CheckReport {
 	t.Helper()
 	var (
 		out string
 		err error
 	)
+	args := []string{workloadBinary, "workload", "check", "--ledger", workloadLedger, "--split-brain-window", splitBrainWindow}
+	if w.stopped == nil {
+		args = append(args, "--live")
+	}
 	// -rw may still be settling on its new primary when the cluster turns
 	// Ready: a check that cannot connect or read is tried again, a check
 	// that ran is never.
 	eventuallyEvery(t, 2*time.Minute, 2*time.Second, "the workload checker to read the table", func(ctx context.Context) (bool, error) {
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		out, err = w.exec(ctx, "tools", workloadBinary, "workload", "check", "--ledger", workloadLedger,
-			"--split-brain-window", splitBrainWindow)
+		out, err = w.exec(ctx, "tools", args...)
 		if strings.HasPrefix(strings.TrimSpace(out), "{") {
 			return true, nil // it ran; its verdict is in the report whatever its exit status
 		}
