@@ -26,11 +26,15 @@ import (
 const haInstances = 3
 
 // newHACluster creates a 3-instance cluster in synchronous quorum mode and
-// waits until it is Healthy.
+// waits until it is Healthy. Commits wait while no standby is connected
+// (block, not the default degrade): every acknowledged write is then on a
+// standby, so "nothing acknowledged lost" must hold after any failover,
+// even one right after the standbys came back.
 func newHACluster(t *testing.T, ns, name string) {
 	t.Helper()
 	pgc := newCluster(ns, name, haInstances)
-	pgc.Spec.PostgreSQL.Synchronous = tuskv1alpha1.SynchronousSpec{Mode: tuskv1alpha1.SynchronousQuorum, Number: 1}
+	pgc.Spec.PostgreSQL.Synchronous = tuskv1alpha1.SynchronousSpec{Mode: tuskv1alpha1.SynchronousQuorum, Number: 1,
+		WhenTooFewStandbys: tuskv1alpha1.StandbyShortageBlock}
 	createCluster(t, pgc, "")
 	waitReadyCondition(t, ns, name)
 	waitHealthy(t, ns, name, haInstances, time.Minute)
