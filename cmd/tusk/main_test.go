@@ -36,7 +36,7 @@ func TestWorkloadCommandsHaveTheirFlags(t *testing.T) {
 	cmd := newWorkloadCommand()
 	want := map[string][]string{
 		"write": {"dsn", "clients", "duration", "table", "ledger", "timeout", "fsync-interval", "gap-threshold"},
-		"check": {"dsn", "table", "ledger", "split-brain-window", "max-lost", "gap-threshold"},
+		"check": {"dsn", "table", "ledger", "split-brain-window", "max-lost", "gap-threshold", "live"},
 	}
 	for sub, flags := range want {
 		c, _, err := cmd.Find([]string{sub})

@@ -100,6 +100,7 @@ func newWorkloadCheckCommand() *cobra.Command {
 	f.IntVar(&o.MaxLost, "max-lost", 0, "lost acknowledged rows tolerated (asynchronous replication); 0 for synchronous mode")
 	f.DurationVar(&o.SplitBrainWindow, "split-brain-window", 0, "report servers that interleave commits within this window (0: off)")
 	f.DurationVar(&o.GapThreshold, "gap-threshold", time.Second, "list the write gaps longer than this")
+	f.BoolVar(&o.Live, "live", false, "the writer is still running: rows attempted after the ledger was read are counted (laterRows), not phantoms")
 	_ = cmd.MarkFlagRequired("ledger")
 	return cmd
 }

@@ -61,6 +61,12 @@ type CheckOptions struct {
 	SplitBrainWindow time.Duration
 	// GapThreshold: gaps longer than this are listed; default 1 s.
 	GapThreshold time.Duration
+	// Live says the writer may still be running: the ledger was read before
+	// the rows, so a row whose seq is above the highest its client had
+	// attempted in the ledger is a later attempt, not a phantom. It is
+	// counted in LaterRows and left out of every rule; a phantom at or below
+	// that seq still fails.
+	Live bool
 }
 
 // CheckReport is the checker's verdict; OK is false when a rule is broken,
@@ -77,6 +83,8 @@ type CheckReport struct {
 	// Rows of the ledger's runs in the table, and of other runs (ignored).
 	Rows          int `json:"rows"`
 	OtherRunsRows int `json:"otherRunsRows"`
+	// LaterRows are rows attempted after the ledger was read (Live only).
+	LaterRows int `json:"laterRows,omitempty"`
 	// The rules.
 	Lost           KeyList `json:"lost"`
 	Duplicates     KeyList `json:"duplicates"`
@@ -107,6 +115,7 @@ type outcome struct {
 type checker struct {
 	opts     CheckOptions
 	attempts map[Key]*outcome
+	maxTried map[clientKey]int64
 	runs     map[string]bool
 	present  map[Key]int
 	rep      CheckReport
@@ -116,7 +125,7 @@ type checker struct {
 // rows read back.
 func Check(recs []Record, rows []Row, opts CheckOptions) *CheckReport {
 	setDefault(&opts.GapThreshold, time.Second)
-	c := &checker{opts: opts, attempts: map[Key]*outcome{}, runs: map[string]bool{}, present: map[Key]int{}}
+	c := &checker{opts: opts, attempts: map[Key]*outcome{}, maxTried: map[clientKey]int64{}, runs: map[string]bool{}, present: map[Key]int{}}
 	c.indexLedger(recs)
 	c.indexRows(rows)
 	c.compare()
@@ -142,6 +151,8 @@ func (c *checker) indexLedger(recs []Record) {
 			continue
 		}
 		k := Key{Run: r.Run, Client: r.Client, Seq: r.Seq}
+		id := clientKey{r.Run, r.Client}
+		c.maxTried[id] = max(c.maxTried[id], r.Seq)
 		o := c.attempts[k]
 		if o == nil {
 			o = &outcome{}
@@ -158,6 +169,10 @@ func (c *checker) indexRows(rows []Row) {
 	for _, r := range rows {
 		if !c.runs[r.Run] {
 			c.rep.OtherRunsRows++
+			continue
+		}
+		if c.opts.Live && r.Seq > c.maxTried[clientKey{r.Run, r.Client}] {
+			c.rep.LaterRows++
 			continue
 		}
 		c.rep.Rows++

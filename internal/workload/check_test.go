@@ -110,6 +110,30 @@ func TestCheckRules(t *testing.T) {
 			failures: []string{"PHANTOM: 2 "},
 		},
 		{
+			name:   "live: rows above a client's last attempt are later attempts",
+			ledger: ledger("ack 1 1 A 1", "try 1 2", "ack 2 1 A 1.5"),
+			rows:   rows("1 1 A 1", "1 2 A 2", "1 3 A 3", "2 1 A 1.5", "2 2 A 2.5", "3 1 A 3"),
+			opts:   CheckOptions{Live: true},
+			check: func(t *testing.T, r *CheckReport) {
+				if r.LaterRows != 3 || r.Rows != 3 || r.Phantoms.Count != 0 || r.UnknownPresent != 1 {
+					t.Errorf("report %+v", r)
+				}
+			},
+		},
+		{
+			name:     "live: a phantom at or below a client's last attempt still fails",
+			ledger:   ledger("ack 1 1 A 1", "ack 1 3 A 3"),
+			rows:     rows("1 1 A 1", "1 2 A 2", "1 3 A 3"),
+			opts:     CheckOptions{Live: true},
+			failures: []string{"PHANTOM: 1 "},
+		},
+		{
+			name:     "not live: rows above the last attempt are phantoms",
+			ledger:   ledger("ack 1 1 A 1"),
+			rows:     rows("1 1 A 1", "1 2 A 2"),
+			failures: []string{"PHANTOM: 1 "},
+		},
+		{
 			name:   "unknown present and absent are fine",
 			ledger: ledger("ack 1 1 A 1", "unk 1 2", "unk 1 3", "try 1 4"),
 			rows:   rows("1 1 A 1", "1 2 A 2", "1 4 A 4"),

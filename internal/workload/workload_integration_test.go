@@ -94,6 +94,39 @@ func TestWriterOutlivesACrash(t *testing.T) {
 	}
 }
 
+// TestLiveCheckWhileWriting checks while the writer runs, as the chaos test
+// does after each fault: rows committed after the ledger was read are
+// later attempts (Live), never phantoms, and nothing acknowledged is lost.
+func TestLiveCheckWhileWriting(t *testing.T) {
+	pg := startPGServer(t)
+	ledger := filepath.Join(t.TempDir(), "ledger")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Write(ctx, WriteOptions{DSN: pg.DSN(), Clients: 4, Table: "live", Ledger: ledger})
+		done <- err
+	}()
+	n := pg.waitRows("live", 100)
+	later := 0
+	for range 5 {
+		check := mustCheck(t, pg, "live", ledger, CheckOptions{Live: true, SplitBrainWindow: 10 * time.Second})
+		if !check.OK || check.Acknowledged == 0 || check.Phantoms.Count != 0 {
+			t.Fatalf("live check while writing: %+v", check)
+		}
+		later += check.LaterRows
+		n = pg.waitRows("live", n+50)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d rows were committed after a live check read the ledger", later)
+	if check := mustCheck(t, pg, "live", ledger, CheckOptions{}); !check.OK || check.LaterRows != 0 {
+		t.Fatalf("check after the writer stopped: %+v", check)
+	}
+}
+
 // TestDuplicateReported uses a table without the primary key, where a
 // duplicate row can exist, and adds one by hand.
 func TestDuplicateReported(t *testing.T) {

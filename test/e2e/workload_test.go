@@ -1,0 +1,310 @@
+//go:build e2e
+
+package e2e
+
+// The workload harness: `tusk workload write` (docs/workload.md) runs in a
+// pod of the test's namespace with many clients through the cluster's -rw
+// Service, as the app user over verify-full TLS, while faults happen; then
+// `tusk workload check` reads every row back and the test asserts on its
+// typed report.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"tusk.dev/tusk/internal/workload"
+)
+
+const (
+	workloadPodName = "workload"
+	// workloadClients is how many concurrent clients write: enough that a
+	// fault always catches commits in flight.
+	workloadClients = 8
+	workloadLedger  = "/ledger/ledger.jsonl"
+	workloadBinary  = "/tusk-bin/tusk"
+	// splitBrainWindow: one node, one clock, no skew (docs/workload.md).
+	splitBrainWindow = "5s"
+)
+
+// workloadWriter is a running `tusk workload write` pod: its writer
+// container runs the writer as PID 1, its tools container (same image,
+// environment and volumes) runs the checker and reads the ledger.
+type workloadWriter struct {
+	ns, cluster string
+	stopped     *workload.WriteReport
+}
+
+// startWorkload starts the writer against cluster's -rw Service and waits
+// until it has acknowledged its first writes. The pod is deleted with the
+// namespace.
+func startWorkload(t *testing.T, ns, cluster string) *workloadWriter {
+	t.Helper()
+	createPod(t, ns, workloadPod(ns, cluster))
+	waitPodReady(t, ns, workloadPodName, 2*time.Minute)
+	w := &workloadWriter{ns: ns, cluster: cluster}
+	w.WaitAcks(t, 50, 2*time.Minute)
+	return w
+}
+
+// workloadPod is the writer pod: the tusk binary is copied from the operator
+// image by an init container, as the instance pods get it; the DSN names
+// the -rw Service and the cluster CA (verify-full), the app Secret gives
+// the user, password and database (PG* variables, which pgx reads too).
+func workloadPod(ns, cluster string) *corev1.Pod {
+	pod := appClientPod(workloadPodName, cluster, workloadBinary, "workload", "write",
+		"--duration", "0", "--clients", strconv.Itoa(workloadClients), "--ledger", workloadLedger,
+		// Short backoffs: the gap measured is the cluster's, not the writer's.
+		"--backoff", "50ms", "--max-backoff", "250ms", "--timeout", "5s")
+	writer := &pod.Spec.Containers[0]
+	writer.Name = "writer"
+	writer.Env = append(writer.Env, corev1.EnvVar{Name: "TUSK_WORKLOAD_DSN", Value: serviceConninfo(ns, cluster+"-rw")})
+	writer.VolumeMounts = append(writer.VolumeMounts,
+		corev1.VolumeMount{Name: "tusk-bin", MountPath: "/tusk-bin", ReadOnly: true},
+		corev1.VolumeMount{Name: "ledger", MountPath: "/ledger"})
+	tools := *writer.DeepCopy()
+	tools.Name, tools.Command = "tools", []string{"sleep", "infinity"}
+	pod.Spec.Containers = append(pod.Spec.Containers, tools)
+	pod.Spec.InitContainers = []corev1.Container{{
+		Name: "bootstrap-copy", Image: operatorImage, ImagePullPolicy: corev1.PullIfNotPresent,
+		Args:            []string{"instance", "bootstrap-copy", "--dest", workloadBinary},
+		SecurityContext: writer.SecurityContext.DeepCopy(),
+		VolumeMounts:    []corev1.VolumeMount{{Name: "tusk-bin", MountPath: "/tusk-bin"}},
+	}}
+	pod.Spec.Volumes = append(pod.Spec.Volumes,
+		corev1.Volume{Name: "tusk-bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		corev1.Volume{Name: "ledger", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	return pod
+}
+
+// exec runs a command in the workload pod's container and returns its
+// standard output.
+func (w *workloadWriter) exec(ctx context.Context, container string, command ...string) (string, error) {
+	args := append([]string{"exec", "-n", w.ns, workloadPodName, "-c", container, "--"}, command...)
+	return kubectl(ctx, args...)
+}
+
+// Acks counts the acknowledgements in the ledger so far.
+func (w *workloadWriter) Acks(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, sqlTimeout)
+	defer cancel()
+	// grep -c exits 1 when it counts nothing: the output still says 0.
+	out, err := w.exec(ctx, "tools", "sh", "-c", `grep -c '"k":"ack"' `+workloadLedger+` || true`)
+	if err != nil {
+		return 0, fmt.Errorf("counting the acknowledgements in the ledger: %w", err)
+	}
+	return strconv.Atoi(strings.TrimSpace(out))
+}
+
+// WaitAcks waits until the writer has acknowledged n more writes than now:
+// the proof that writes go through (again).
+func (w *workloadWriter) WaitAcks(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
+	w.checkRunning(t)
+	from, err := w.Acks(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventuallyEvery(t, timeout, time.Second, fmt.Sprintf("%d more acknowledged writes (from %d)", n, from),
+		func(ctx context.Context) (bool, error) {
+			now, err := w.Acks(ctx)
+			return now >= from+n, err
+		})
+}
+
+// checkRunning fails the test if the writer container has exited: it runs
+// until Stop, so an exit is a failure of the writer itself.
+func (w *workloadWriter) checkRunning(t *testing.T) {
+	t.Helper()
+	if w.stopped != nil {
+		t.Fatal("the workload writer was stopped already")
+	}
+	if st := w.writerState(t); st.Terminated != nil {
+		t.Fatalf("the workload writer exited (code %d, %s): %s", st.Terminated.ExitCode, st.Terminated.Reason, w.writerLogs(t))
+	}
+}
+
+func (w *workloadWriter) writerState(t *testing.T) corev1.ContainerState {
+	t.Helper()
+	p, err := clientset.CoreV1().Pods(w.ns).Get(context.Background(), workloadPodName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("reading the workload pod: %v", err)
+	}
+	i := slices.IndexFunc(p.Status.ContainerStatuses, func(s corev1.ContainerStatus) bool { return s.Name == "writer" })
+	if i < 0 {
+		t.Fatalf("the workload pod has no writer container status: %+v", p.Status.ContainerStatuses)
+	}
+	return p.Status.ContainerStatuses[i].State
+}
+
+func (w *workloadWriter) writerLogs(t *testing.T) string {
+	t.Helper()
+	out, err := clientset.CoreV1().Pods(w.ns).GetLogs(workloadPodName, &corev1.PodLogOptions{Container: "writer"}).
+		DoRaw(context.Background())
+	if err != nil {
+		t.Fatalf("reading the workload writer's logs: %v", err)
+	}
+	return string(out)
+}
+
+// Stop sends SIGTERM to the writer (attempts in flight finish, the ledger is
+// synced), waits for it to exit and returns its report. A non-zero exit
+// (the primary key rejected an attempt, the ledger failed) fails the test.
+func (w *workloadWriter) Stop(t *testing.T) *workload.WriteReport {
+	t.Helper()
+	w.checkRunning(t)
+	ctx, cancel := context.WithTimeout(context.Background(), sqlTimeout)
+	defer cancel()
+	if out, err := w.exec(ctx, "writer", "sh", "-c", "kill -TERM 1"); err != nil {
+		t.Fatalf("stopping the workload writer: %v\n%s", err, out)
+	}
+	var code int32
+	eventually(t, time.Minute, "the workload writer to exit", func(context.Context) (bool, error) {
+		st := w.writerState(t)
+		if st.Terminated != nil {
+			code = st.Terminated.ExitCode
+		}
+		return st.Terminated != nil, nil
+	})
+	logs := w.writerLogs(t)
+	rep := &workload.WriteReport{}
+	if err := json.Unmarshal([]byte(jsonObject(logs)), rep); err != nil {
+		t.Fatalf("parsing the writer's report: %v\n%s", err, logs)
+	}
+	if code != 0 {
+		t.Errorf("the workload writer exited with code %d: %s", code, logs)
+	}
+	w.stopped = rep
+	t.Logf("workload writer: %d attempted, %d acknowledged, %d unknown, %d rejected; errors %v; acks by server %v",
+		rep.Attempted, rep.Acknowledged, rep.Unknown, rep.Rejected, rep.Errors, rep.Servers)
+	return rep
+}
+
+// jsonObject is the last JSON object of a container's output: the report
+// is printed last, after the writer's log lines.
+func jsonObject(out string) string {
+	if i := strings.LastIndex(out, "\n{"); i >= 0 {
+		return out[i+1:]
+	}
+	return out
+}
+
+// Check runs `tusk workload check` in the tools container against -rw (the
+// primary, which has every row) and returns its report; the caller asserts
+// on it (assertNoWriteLost). Before Stop it checks with --live: rows the
+// writer attempted after the checker read the ledger are not phantoms.
+func (w *workloadWriter) Check(t *testing.T) *workload.CheckReport {
+	t.Helper()
+	var (
+		out string
+		err error
+	)
+	args := []string{workloadBinary, "workload", "check", "--ledger", workloadLedger, "--split-brain-window", splitBrainWindow}
+	if w.stopped == nil {
+		args = append(args, "--live")
+	}
+	// -rw may still be settling on its new primary when the cluster turns
+	// Ready: a check that cannot connect or read is tried again, a check
+	// that ran is never.
+	eventuallyEvery(t, 2*time.Minute, 2*time.Second, "the workload checker to read the table", func(ctx context.Context) (bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		out, err = w.exec(ctx, "tools", args...)
+		if strings.HasPrefix(strings.TrimSpace(out), "{") {
+			return true, nil // it ran; its verdict is in the report whatever its exit status
+		}
+		return false, err
+	})
+	rep := &workload.CheckReport{}
+	if jerr := json.Unmarshal([]byte(out), rep); jerr != nil {
+		t.Fatalf("parsing the checker's report: %v (checker: %v)\n%s", jerr, err, out)
+	}
+	if !rep.OK && err == nil {
+		t.Errorf("the checker's report is not OK but it exited 0")
+	}
+	return rep
+}
+
+// Ledger reads the whole ledger back.
+func (w *workloadWriter) Ledger(t *testing.T) []workload.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := w.exec(ctx, "tools", "cat", workloadLedger)
+	if err != nil {
+		t.Fatalf("reading the ledger: %v", err)
+	}
+	recs, _, err := workload.ReadLedger(strings.NewReader(out))
+	if err != nil {
+		t.Fatalf("parsing the ledger: %v", err)
+	}
+	return recs
+}
+
+// assertNoWriteLost fails the test on any broken rule of the checker: an
+// acknowledged row missing, a duplicate, a phantom, a rejected attempt, two
+// servers accepting writes within the split-brain window; and when nothing
+// was acknowledged at all (the check would prove nothing).
+func assertNoWriteLost(t *testing.T, rep *workload.CheckReport) {
+	t.Helper()
+	t.Logf("workload check: ok=%t, %d attempted, %d acknowledged, %d unknown (%d present, %d absent), "+
+		"%d rows, %d acknowledged with a warning, longest gap %s",
+		rep.OK, rep.Attempted, rep.Acknowledged, rep.Unknown, rep.UnknownPresent, rep.UnknownAbsent,
+		rep.Rows, rep.AckedWithWarning.Count, describeGap(rep.Gaps.Longest))
+	if rep.Acknowledged == 0 {
+		t.Errorf("the writer had no write acknowledged: the check proves nothing")
+	}
+	if rep.Lost.Count > 0 {
+		t.Errorf("LOST: %d acknowledged writes are missing, first %+v (acknowledged with a warning: %+v)",
+			rep.Lost.Count, rep.Lost.Sample[:min(5, len(rep.Lost.Sample))], rep.AckedWithWarning)
+	}
+	if rep.Duplicates.Count > 0 || rep.Rejected.Count > 0 {
+		t.Errorf("DUPLICATE: %d rows twice, %d attempts rejected by the key: %+v %+v",
+			rep.Duplicates.Count, rep.Rejected.Count, rep.Duplicates.Sample, rep.Rejected.Sample)
+	}
+	if rep.Phantoms.Count > 0 {
+		t.Errorf("PHANTOM: %d rows the writer never attempted: %+v", rep.Phantoms.Count, rep.Phantoms.Sample)
+	}
+	if len(rep.Interleavings) > 0 {
+		t.Errorf("SPLIT BRAIN: two servers accepted writes within %ss of each other: %+v", splitBrainWindow, rep.Interleavings)
+	}
+	if !rep.OK {
+		t.Errorf("the workload check failed: %v", rep.Failures)
+	}
+}
+
+func describeGap(g *workload.Gap) string {
+	if g == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%.2fs (%s → %s)", g.Seconds, g.Start.Format("15:04:05.000"), g.End.Format("15:04:05.000"))
+}
+
+// writeGapAround is the longest time without an acknowledged write that
+// overlaps [from, to]: the write gap a fault injected at from and healed by
+// to caused, measured on the writer's clock (the same node's clock as the
+// test's). It is zero if writes never paused there.
+func writeGapAround(recs []workload.Record, from, to time.Time) time.Duration {
+	var acks []time.Time
+	for _, r := range recs {
+		if r.Kind == workload.KindAck {
+			acks = append(acks, r.At)
+		}
+	}
+	slices.SortFunc(acks, time.Time.Compare)
+	var longest time.Duration
+	for i := 1; i < len(acks); i++ {
+		if acks[i].After(from) && acks[i-1].Before(to) {
+			longest = max(longest, acks[i].Sub(acks[i-1]))
+		}
+	}
+	return longest
+}
