@@ -134,6 +134,12 @@ type Manager struct {
 	secretsMu sync.Mutex // guards secrets, which HTTP handlers use to connect
 	secrets   secrets
 
+	// leaseLeftUntil: a primary fenced because postgres did not answer
+	// (leaseLeftFor) does not try to take its Lease again before then. The
+	// run loop alone uses them.
+	leaseLeftUntil time.Time
+	leaseLeftFor   error
+
 	mu       sync.Mutex // guards what the HTTP handlers read
 	state    state
 	postgres *supervisor.Postmaster
