@@ -51,9 +51,9 @@ func (m *Manager) startRole(ctx context.Context) instanceapi.Role {
 		holds = err == nil && holder == m.opts.Name
 	}
 	role := roleAtStart(m.opts.Role, standby, holds)
-	switch {
-	case role == m.opts.Role:
-	case role == instanceapi.RolePrimary:
+	switch role {
+	case m.opts.Role:
+	case instanceapi.RolePrimary:
 		m.log.Info("Starting as the primary: this instance holds the primary Lease and its data directory is a primary's, whatever its role label says", "label", m.opts.Role)
 	default:
 		m.log.Info("The data directory is a replica's; starting it as a replica until promoted")
