@@ -3,6 +3,7 @@ package instance
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"tusk.dev/tusk/internal/instance/supervisor"
@@ -68,7 +69,10 @@ func (m *Manager) watchLease(ctx context.Context) {
 // not fail it over; losing the Lease would let it.
 func (m *Manager) renewLease(ctx context.Context) {
 	st := m.snapshot()
-	err := m.lease.hold(ctx)
+	err := m.mayRenew(ctx, st)
+	if err == nil {
+		err = m.lease.hold(ctx)
+	}
 	switch {
 	case err == nil && st.fenced:
 		m.leaseRegained(ctx)
@@ -76,16 +80,53 @@ func (m *Manager) renewLease(ctx context.Context) {
 		m.markFenced(err) // the latest reason, such as the new holder
 	case err != nil && m.lease.mustFence():
 		m.fence(err)
+	case errors.Is(err, errNotAnswering):
+		m.log.Info("Not renewing the primary Lease: postgres does not answer", "error", err.Error())
 	case err != nil:
 		m.log.Info("Could not renew the primary Lease", "error", err.Error())
 	}
 }
 
+// mayRenew says why the primary must not renew its Lease now, or nil.
+//
+// A running postgres must answer first: a primary whose postgres hangs
+// (every process stopped, a stuck disk) takes no writes, and renewing
+// would keep the operator from failing it over; not renewing fences it
+// (below) and lets the Lease expire. Only a running postgres is asked:
+// while it starts (a long crash recovery) or is stopped for an operation
+// or by hand, it is still the primary, nobody else has its data, and
+// another instance taking over would only lose writes.
+//
+// A primary fenced because postgres did not answer leaves its Lease
+// alone for two durations after its last renewal: time for the operator
+// to promote a replica once the Lease expired. Only then does it try to
+// take the Lease again, and start postgres afresh, which heals an instance
+// that nobody replaced (a lone one) in place.
+func (m *Manager) mayRenew(ctx context.Context, st state) error {
+	if st.fenced && m.lease.now().Before(m.leaseLeftUntil) {
+		return fmt.Errorf("%w; leaving the primary Lease to another instance until %s", m.leaseLeftFor, m.leaseLeftUntil.UTC().Format(time.RFC3339))
+	}
+	if st.phase != instanceapi.PhaseRunning {
+		return nil
+	}
+	return m.checkAnswers(ctx)
+}
+
+// fenceKillAfter bounds the immediate shutdown of a fence: a postmaster
+// that does not act on it at once (stopped, or stuck) is killed with every
+// process it started, so that no open session commits after the fence.
+const fenceKillAfter = time.Second
+
 // fence stops postgres at once (immediate shutdown: open sessions end too,
-// so no commit is acknowledged after this) and keeps it stopped.
+// so no commit is acknowledged after this; killed when that takes more
+// than fenceKillAfter) and keeps it stopped.
 func (m *Manager) fence(reason error) {
 	m.log.Info("Fencing this primary: it cannot hold the primary Lease", "reason", reason.Error())
-	if err := m.stopPostgres(supervisor.Immediate); err != nil {
+	if errors.Is(reason, errNotAnswering) {
+		m.leaseLeftUntil = m.lease.lastRenew.Add(2 * m.opts.Lease.Duration)
+		m.leaseLeftFor = reason
+	}
+	if err := m.stopPostgresWithin(supervisor.Immediate, supervisor.Timeouts{Immediate: fenceKillAfter}); err != nil {
 		m.log.Error(err, "Stopping postgres to fence it")
 	}
 	m.markFenced(reason)

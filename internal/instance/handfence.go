@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
 
 	"tusk.dev/tusk/internal/instance/supervisor"
 	"tusk.dev/tusk/internal/instanceapi"
@@ -29,25 +33,59 @@ func (s state) fenceMessage(leaseReason string) string {
 // primary, for want of the Lease.
 func (s state) keptStopped() bool { return s.fenced || s.fencedByHand }
 
+// handFenceFile, in the run directory, marks a hand fence. The run
+// directory is an emptyDir: the mark survives a container restart, so a
+// restarted manager keeps postgres stopped, but not the pod's recreation,
+// after which the operator fences the instance again.
+const handFenceFile = "fenced-by-hand"
+
+func (m *Manager) handFenceMark() string { return filepath.Join(m.opts.RunDir, handFenceFile) }
+
 // Fence stops postgres by hand (POST /v1/fence) and keeps it stopped,
-// through crashes, restart timers and Lease renewals, until Unfence. The
-// shutdown is fast: sessions end at once, and the pod and its data stay for
-// inspection. A primary keeps renewing its Lease meanwhile (see
-// renewLease). Fencing a fenced instance changes nothing.
+// through crashes, restart timers, Lease renewals and container restarts,
+// until Unfence. The shutdown is fast: sessions end at once, and the pod
+// and its data stay for inspection. A primary keeps renewing its Lease
+// meanwhile (see renewLease). Fencing a fenced instance changes nothing.
 func (m *Manager) Fence(ctx context.Context) error {
 	_, err := m.do(ctx, "fence", func(context.Context) (any, error) {
 		m.mu.Lock()
 		m.state.fencedByHand = true // first: nothing may start it from here on
 		m.mu.Unlock()
 		m.log.Info("Fencing this instance by hand")
+		marked := writeFileAtomic(m.handFenceMark(), []byte("fenced by hand at "+time.Now().UTC().Format(time.RFC3339)+"\n"))
+		if marked != nil {
+			marked = fmt.Errorf("while marking the hand fence for a restart: %w", marked)
+		}
 		err := m.stopPostgres(supervisor.Fast)
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.state.phase = instanceapi.PhaseFenced
 		m.state.lastError = m.state.fenceMessage(leaseFenceReason(m.state))
-		return nil, err
+		return nil, errors.Join(err, marked)
 	})
 	return err
+}
+
+// fencedByHandAtStart honours a hand fence marked before this start: the
+// instance stays fenced, and the data directory is left as it is (not
+// bootstrapped nor rewound) until Unfence.
+func (m *Manager) fencedByHandAtStart(ctx context.Context) bool {
+	if _, err := os.Stat(m.handFenceMark()); err != nil {
+		return false
+	}
+	m.log.Info("Fenced by hand before this start: postgres stays stopped and the data directory as it is until unfenced")
+	m.unprepared = true
+	role := m.opts.Role
+	if isDataDir(m.opts.DataDir) {
+		role = m.startRole(ctx)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.state.role = role
+	m.state.fencedByHand = true
+	m.state.phase = instanceapi.PhaseFenced
+	m.state.lastError = m.state.fenceMessage("")
+	return true
 }
 
 // leaseFenceReason is what lastError says of a Lease fence.
@@ -63,19 +101,35 @@ func leaseFenceReason(s state) string {
 // Lease, or the answer is an error and it stays fenced until it does.
 // Unfencing an instance not fenced by hand changes nothing.
 func (m *Manager) Unfence(ctx context.Context) error {
-	_, err := m.do(ctx, "unfence", func(ctx context.Context) (any, error) {
-		m.mu.Lock()
-		wasFenced := m.state.fencedByHand
-		m.state.fencedByHand = false
-		m.mu.Unlock()
-		if !wasFenced || m.running() {
-			return nil, nil
-		}
-		m.log.Info("Lifting the hand fence")
-		if !m.mayStart(ctx) {
-			return nil, fmt.Errorf("the hand fence is lifted, but postgres stays stopped: %s", m.snapshot().lastError)
-		}
-		return nil, m.startPostgres(ctx)
-	})
+	_, err := m.do(ctx, "unfence", func(ctx context.Context) (any, error) { return nil, m.unfence(ctx) })
 	return err
+}
+
+func (m *Manager) unfence(ctx context.Context) error {
+	if !m.snapshot().fencedByHand {
+		return nil
+	}
+	m.log.Info("Lifting the hand fence")
+	if m.unprepared {
+		// Fenced since before this start: the data directory was left
+		// as it was. A failure leaves it fenced.
+		if err := m.prepareDataDir(ctx); err != nil {
+			m.setPhase(instanceapi.PhaseFenced)
+			return fmt.Errorf("the instance stays fenced: %w", err)
+		}
+		m.unprepared = false
+	}
+	if err := os.Remove(m.handFenceMark()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("the instance stays fenced: while removing the hand fence's mark: %w", err)
+	}
+	m.mu.Lock()
+	m.state.fencedByHand = false
+	m.mu.Unlock()
+	if m.running() {
+		return nil
+	}
+	if !m.mayStart(ctx) {
+		return fmt.Errorf("the hand fence is lifted, but postgres stays stopped: %s", m.snapshot().lastError)
+	}
+	return m.startPostgres(ctx)
 }

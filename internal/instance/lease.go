@@ -153,6 +153,21 @@ func (k *leaseKeeper) watch(ctx context.Context) error {
 	return nil
 }
 
+// holder reads who holds the Lease ("" when nobody does).
+func (k *leaseKeeper) holder(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, k.opts.RenewEvery)
+	defer cancel()
+	lease, err := k.opts.Client.Leases(k.opts.Namespace).Get(ctx, k.opts.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("while reading the primary Lease: %w", err)
+	}
+	k.observe(lease)
+	return ptr.Deref(lease.Spec.HolderIdentity, ""), nil
+}
+
 // expired says the Lease has not changed for longer than its duration.
 func (k *leaseKeeper) expired(lease *coordinationv1.Lease) bool {
 	d := time.Duration(ptr.Deref(lease.Spec.LeaseDurationSeconds, 0)) * time.Second

@@ -134,6 +134,15 @@ type Manager struct {
 	secretsMu sync.Mutex // guards secrets, which HTTP handlers use to connect
 	secrets   secrets
 
+	// leaseLeftUntil: a primary fenced because postgres did not answer
+	// (leaseLeftFor) does not try to take its Lease again before then. The
+	// run loop alone uses them.
+	leaseLeftUntil time.Time
+	leaseLeftFor   error
+	// unprepared: fenced by hand since before this start, the data
+	// directory was left as it was; Unfence prepares it.
+	unprepared bool
+
 	mu       sync.Mutex // guards what the HTTP handlers read
 	state    state
 	postgres *supervisor.Postmaster
@@ -263,6 +272,16 @@ func (m *Manager) prepare(ctx context.Context) error {
 			return fmt.Errorf("while creating %s: %w", dir, err)
 		}
 	}
+	if m.fencedByHandAtStart(ctx) {
+		return nil
+	}
+	return m.prepareDataDir(ctx)
+}
+
+// prepareDataDir bootstraps the data directory, or aligns an existing one
+// with the role asked for.
+func (m *Manager) prepareDataDir(ctx context.Context) error {
+	m.setPhase(instanceapi.PhaseBootstrapping)
 	fresh, err := m.bootstrap(ctx)
 	if err != nil {
 		return err
@@ -282,7 +301,8 @@ func (m *Manager) supervise(ctx context.Context) error {
 	defer poll.Stop()
 	leaseTick, stopLeaseTick := m.startLeaseTicker()
 	defer stopLeaseTick()
-	if m.mayStart(ctx) {
+	// A primary fenced by hand takes its Lease at the first tick.
+	if !m.snapshot().fencedByHand && m.mayStart(ctx) {
 		if err := m.startPostgres(ctx); err != nil {
 			m.setError(err)
 			restartAt, backoff = m.scheduleRestart(backoff)

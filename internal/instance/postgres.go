@@ -66,6 +66,11 @@ func (m *Manager) waitRunning(ctx context.Context) error {
 // stopPostgres stops postgres starting with mode. It forgets the postmaster
 // first, so the run loop does not take the exit for a crash.
 func (m *Manager) stopPostgres(mode supervisor.ShutdownMode) error {
+	return m.stopPostgresWithin(mode, m.opts.Timeouts)
+}
+
+// stopPostgresWithin is stopPostgres with other timeouts.
+func (m *Manager) stopPostgresWithin(mode supervisor.ShutdownMode, timeouts supervisor.Timeouts) error {
 	m.mu.Lock()
 	pm := m.postgres
 	m.postgres = nil
@@ -73,7 +78,7 @@ func (m *Manager) stopPostgres(mode supervisor.ShutdownMode) error {
 	if pm == nil {
 		return nil
 	}
-	err := pm.Stop(mode, m.opts.Timeouts)
+	err := pm.Stop(mode, timeouts)
 	m.setPhase(instanceapi.PhaseStopped)
 	return err
 }

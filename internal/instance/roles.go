@@ -20,24 +20,67 @@ type PromoteResult struct {
 }
 
 // alignExistingDataDir reconciles an existing data directory with the role
-// the operator asks for at start: a former primary asked to be a replica is
+// it starts as (startRole): a former primary that starts as a replica is
 // rewound first, so it can never come back as a second primary.
 func (m *Manager) alignExistingDataDir(ctx context.Context) error {
-	standby := isStandbyDataDir(m.opts.DataDir)
-	switch {
-	case m.opts.Role == instanceapi.RoleReplica && !standby:
+	role := m.startRole(ctx)
+	m.mu.Lock()
+	m.state.role = role
+	m.mu.Unlock()
+	if role == instanceapi.RoleReplica && !isStandbyDataDir(m.opts.DataDir) {
 		m.log.Info("The data directory was a primary's; rejoining as a replica", "upstream", m.opts.Upstream.Host)
 		return m.rejoin(ctx, m.opts.Upstream)
-	case m.opts.Role == instanceapi.RolePrimary && standby:
-		// Starting a standby's data without standby.signal would reuse
-		// the old timeline; it must be promoted instead (POST /v1/promote),
-		// so it starts as the replica it is.
-		m.log.Info("The data directory is a replica's; starting it as a replica until promoted")
-		m.mu.Lock()
-		m.state.role = instanceapi.RoleReplica
-		m.mu.Unlock()
 	}
 	return nil
+}
+
+// startRole is the role an existing data directory starts as (see
+// roleAtStart). The Lease is read only when it can change the answer.
+func (m *Manager) startRole(ctx context.Context) instanceapi.Role {
+	standby := isStandbyDataDir(m.opts.DataDir)
+	holds := false
+	if !standby && m.opts.Role == instanceapi.RoleReplica && m.lease != nil {
+		holder, err := m.lease.holder(ctx)
+		if err != nil {
+			// The label decides then, and the Lease still protects: a
+			// primary-labelled instance takes it before postgres starts
+			// or stays fenced; a replica-labelled one rewinds against
+			// its upstream and takes no writes.
+			m.log.Info("Could not read the primary Lease at start; going by the role label", "role", m.opts.Role, "error", err.Error())
+		}
+		holds = err == nil && holder == m.opts.Name
+	}
+	role := roleAtStart(m.opts.Role, standby, holds)
+	switch role {
+	case m.opts.Role:
+	case instanceapi.RolePrimary:
+		m.log.Info("Starting as the primary: this instance holds the primary Lease and its data directory is a primary's, whatever its role label says", "label", m.opts.Role)
+	default:
+		m.log.Info("The data directory is a replica's; starting it as a replica until promoted")
+	}
+	return role
+}
+
+// roleAtStart decides the role of an existing data directory from the role
+// asked for (the pod's label), whether the directory is a standby's and
+// whether this instance holds the primary Lease:
+//   - a standby's data starts as a replica: removing standby.signal would
+//     reuse the old timeline; it must be promoted (POST /v1/promote);
+//   - a primary's data whose instance holds the Lease starts as the
+//     primary. The label reaches the pod through the downward API up to a
+//     minute late, so a new primary's container that restarts just after
+//     a failover can read the old "replica"; rewinding it would throw away
+//     the writes it acknowledged since;
+//   - otherwise the label decides. A primary-labelled instance whose Lease
+//     another holds stays fenced before it starts (mayStart).
+func roleAtStart(asked instanceapi.Role, standby, holdsLease bool) instanceapi.Role {
+	switch {
+	case standby:
+		return instanceapi.RoleReplica
+	case holdsLease:
+		return instanceapi.RolePrimary
+	}
+	return asked
 }
 
 // Promote makes a replica the primary and returns once it commits writes.

@@ -88,12 +88,13 @@ func TestFenceByHand(t *testing.T) {
 	})
 
 	t.Run("a fenced replica stays stopped when its restart timer fires", func(t *testing.T) {
-		// A run directory the manager cannot write makes every start fail
-		// before postgres runs, so a restart timer is always pending when
-		// the fence arrives.
-		runDir := filepath.Join(replica.dir, "run")
+		// A data directory the manager cannot write its configuration
+		// into makes every start fail before postgres runs, so a restart
+		// timer is always pending when the fence arrives. (The run
+		// directory must stay writable: the fence is marked there.)
+		dataDir := filepath.Join(replica.dir, "pgdata")
 		replica.stop()
-		chmod(t, runDir, 0o500)
+		chmod(t, dataDir, 0o500)
 		replica.rerun()
 		replica.waitFor("failing to start", func(st instanceapi.Status) error {
 			if !strings.Contains(st.LastError, "permission denied") {
@@ -103,7 +104,7 @@ func TestFenceByHand(t *testing.T) {
 		})
 		replica.command(http.MethodPost, instanceapi.PathFence, nil, nil)
 		replica.waitLog("Not starting postgres again: it is fenced")
-		chmod(t, runDir, 0o700)
+		chmod(t, dataDir, 0o700)
 		checkFencedByHand(t, replica)
 		replica.command(http.MethodPost, instanceapi.PathUnfence, nil, nil)
 		replica.waitReady(instanceapi.RoleReplica)
@@ -136,4 +137,41 @@ func chmod(t *testing.T, path string, mode os.FileMode) {
 	if err := os.Chmod(path, mode); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestHandFenceSurvivesARestart: a hand fence is marked in the run
+// directory, so a manager started again on the same directories (a
+// container restart) keeps postgres stopped, keeps the primary's Lease, and
+// starts postgres on unfence.
+func TestHandFenceSurvivesARestart(t *testing.T) {
+	lease := newTestLease(t, "hand-fence-restart")
+	primary := startNode(t, "hfr-1", nodeOptions{role: instanceapi.RolePrimary, extraArgs: lease.args(t, lease.addr(t))})
+	primary.waitReady(instanceapi.RolePrimary)
+	lease.waitHolder(t, "hfr-1")
+	primary.exec("CREATE TABLE t (id int PRIMARY KEY)")
+	primary.exec("INSERT INTO t VALUES (1)")
+	primary.command(http.MethodPost, instanceapi.PathFence, nil, nil)
+
+	primary.stop() // releases the Lease
+	primary.rerun()
+	primary.waitFor("fenced by hand again", func(st instanceapi.Status) error {
+		if st.Phase != instanceapi.PhaseFenced || !st.Fenced {
+			return fmt.Errorf("phase %s, fenced %v", st.Phase, st.Fenced)
+		}
+		return nil
+	})
+	primary.waitLog("Fenced by hand before this start")
+	lease.waitHolder(t, "hfr-1") // a primary fenced by hand keeps its Lease
+	checkFencedByHand(t, primary)
+
+	primary.command(http.MethodPost, instanceapi.PathUnfence, nil, nil)
+	if st := primary.waitReady(instanceapi.RolePrimary); st.Fenced {
+		t.Fatalf("an unfenced primary reports fenced: %+v", st)
+	}
+	primary.waitIDs(1)
+	primary.exec("INSERT INTO t VALUES (2)")
+	primary.stop()
+	primary.rerun() // unfenced for good: the mark is gone
+	primary.waitReady(instanceapi.RolePrimary)
+	primary.waitIDs(1, 2)
 }

@@ -80,9 +80,14 @@ func newTestLease(t *testing.T, name string) *testLease {
 // args are the instance manager's flags for this Lease, reached at addr
 // (the API server's own address, or a proxy's).
 func (l *testLease) args(t *testing.T, addr string) []string {
+	return l.argsLasting(t, addr, testLeaseDuration)
+}
+
+// argsLasting are args for a Lease of another duration.
+func (l *testLease) argsLasting(t *testing.T, addr string, duration time.Duration) []string {
 	return []string{
 		"--lease-name", l.name, "--lease-namespace", "default", "--kubeconfig", writeKubeconfig(t, l.env.Config, addr),
-		"--lease-duration", testLeaseDuration.String(), "--lease-renew-every", testLeaseRenewEvery.String(), "--lease-fence-margin", "1500ms",
+		"--lease-duration", duration.String(), "--lease-renew-every", testLeaseRenewEvery.String(), "--lease-fence-margin", "1500ms",
 	}
 }
 

@@ -172,8 +172,9 @@ func (p *Postmaster) forwardLog(r io.Reader) {
 }
 
 // Stop shuts postgres down starting with mode and escalating to harsher
-// modes, then SIGKILL, when each does not finish within its timeout. It
-// returns once the postmaster has exited.
+// modes, then SIGKILL of the postmaster and every process it started (see
+// killTree), when each does not finish within its timeout. It returns once
+// the postmaster has exited.
 func (p *Postmaster) Stop(mode ShutdownMode, t Timeouts) error {
 	limits := []time.Duration{t.Smart, t.Fast, t.Immediate}
 	for m := mode; m <= Immediate; m++ {
@@ -187,8 +188,10 @@ func (p *Postmaster) Stop(mode ShutdownMode, t Timeouts) error {
 		case <-time.After(limits[m]):
 		}
 	}
-	p.log.Info("Killing postgres: it did not stop in immediate mode")
-	_ = p.cmd.Process.Kill()
+	p.log.Info("Killing postgres and every process it started: it did not stop in immediate mode")
+	if alive := killTree(p.Pid()); len(alive) > 0 {
+		p.log.Info("Processes of postgres survive SIGKILL (blocked in the kernel?)", "pids", alive)
+	}
 	<-p.done
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 
@@ -104,15 +103,8 @@ func zombieChildren(parent int) []int {
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	var pids []int
 	for _, path := range stats {
-		data, err := os.ReadFile(path) //nolint:gosec // /proc/<pid>/stat, from the glob above
-		if err != nil {
-			continue // the process went away
-		}
-		// The command name may contain spaces and parentheses; the fields
-		// after the last ')' are "state ppid ...".
-		s := string(data)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(fields) < 2 || fields[0] != "Z" || fields[1] != strconv.Itoa(parent) {
+		state, ppid, ok := readStat(path)
+		if !ok || state != "Z" || ppid != parent {
 			continue
 		}
 		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(path))); err == nil {
