@@ -136,6 +136,9 @@ rather than end it early.`, exitNotArchived, exitAbortRecovery),
 // exitCode prints err when it is an exitError that is not quiet (cobra
 // printed the others), and returns the process's exit code for it.
 func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
 	if ex, ok := errors.AsType[*exitError](err); ok {
 		if !ex.quiet {
 			_, _ = fmt.Fprintln(os.Stderr, "Error:", ex.err)

@@ -88,7 +88,7 @@ func (a Archiver) upload(ctx context.Context, key string, r io.Reader, sum Sum) 
 }
 
 func compress(w io.Writer, r io.Reader, want Sum) error {
-	enc, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedDefault))
+	enc, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedFastest))
 	if err != nil {
 		return err
 	}

@@ -29,14 +29,15 @@ import (
 // segmentSize is PostgreSQL's default WAL segment size.
 const segmentSize = 16 << 20
 
-// fakeSegment writes a file of random content named like a WAL segment,
-// owned by the postgres OS user.
-func fakeSegment(t *testing.T, dir, name string, seed byte) string {
+// fakeSegment writes a segment-sized file of random bytes below alphabet
+// (8 compresses as WAL roughly does, 256 not at all), owned by the postgres
+// OS user.
+func fakeSegment(t testing.TB, dir, name string, seed byte, alphabet uint32) string {
 	t.Helper()
 	r := rand.New(rand.NewChaCha8([32]byte{seed}))
 	data := make([]byte, segmentSize)
 	for i := range data {
-		data[i] = byte(r.Uint32() % 8) // compressible, as WAL mostly is
+		data[i] = byte(r.Uint32() % alphabet)
 	}
 	path := filepath.Join(dir, name)
 	if err := os.WriteFile(path, data, 0o600); err != nil {
@@ -91,7 +92,7 @@ func TestArchiveIsIdempotent(t *testing.T) {
 	dir := workDir(t)
 	cfg := archiveConfig(t, dir, s3, nil)
 	const name = "000000010000000000000001"
-	seg := fakeSegment(t, dir, name, 1)
+	seg := fakeSegment(t, dir, name, 1, 8)
 	original := sha(t, seg)
 	key := "orders/wal/0000000100000000/" + name + ".zst"
 
@@ -108,7 +109,7 @@ func TestArchiveIsIdempotent(t *testing.T) {
 		t.Errorf("archiving the same segment again: exit %d, %q; want 0 and a notice", code, out)
 	}
 
-	fakeSegment(t, dir, name, 2) // same name, other content
+	fakeSegment(t, dir, name, 2, 8) // same name, other content
 	code, out = tusk(t, "instance", "wal-archive", "--config", cfg, seg)
 	if code != 1 || !strings.Contains(out, "refusing to archive "+name) || !strings.Contains(out, "a different file of the same name is already archived") {
 		t.Errorf("archiving different content under the same name: exit %d, %q; want 1 and a refusal", code, out)
@@ -142,7 +143,7 @@ func TestRestoreExitCodes(t *testing.T) {
 	const corrupt = "000000010000000000000007"
 	// An object whose content does not match its checksum: archive one
 	// segment, then put another's compressed bytes under its key.
-	fakeSegment(t, dir, corrupt, 7)
+	fakeSegment(t, dir, corrupt, 7, 8)
 	if code, out := tusk(t, "instance", "wal-archive", "--config", cfg, filepath.Join(dir, corrupt)); code != 0 {
 		t.Fatalf("archive: exit %d, %s", code, out)
 	}
