@@ -75,18 +75,23 @@ unit: ## Unit tests: pure functions, no servers.
 	$(GOTESTSUM) --format testname -- $(GO_TEST_FLAGS) ./...
 
 .PHONY: integration
-integration: ## Unit tests plus integration tests: controllers and CRDs on a real kube-apiserver and etcd (envtest), the instance manager on real PostgreSQL.
+integration: ## Unit tests plus integration tests: controllers and CRDs on a real kube-apiserver and etcd (envtest), the instance manager on real PostgreSQL, backups on a real S3 server (MinIO).
 	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh kube-apiserver etcd) TUSK_PG_BINDIR=$$(hack/install-postgres.sh) \
+	TUSK_MINIO_BIN=$$(hack/install-minio.sh) \
 		$(GOTESTSUM) --format testname -- $(GO_TEST_FLAGS) -tags integration ./...
 
 .PHONY: bench
 bench: ## Benchmarks that print figures (docs/benchmarks.md); BENCHTIME=3x by default.
-	TUSK_PG_BINDIR=$$(hack/install-postgres.sh) \
-		go test -tags integration -run '^$$' -bench . -benchtime $${BENCHTIME:-3x} ./test/instance/
+	TUSK_PG_BINDIR=$$(hack/install-postgres.sh) TUSK_MINIO_BIN=$$(hack/install-minio.sh) \
+		go test -tags integration -run '^$$' -bench . -benchtime $${BENCHTIME:-3x} ./test/instance/ ./test/backup/
 
 .PHONY: bench-cluster
 bench-cluster: ## Cluster figures on the cluster in KUBECONFIG (after make images deploy): create to Ready, adding a replica vs pg_basebackup.
 	hack/bench-cluster.sh
+
+.PHONY: minio
+minio: ## Build the MinIO server the backup tests run as their S3 server and print where it is.
+	@hack/install-minio.sh
 
 .PHONY: envtest-assets
 envtest-assets: ## Build kube-apiserver and etcd for envtest and print where they are.

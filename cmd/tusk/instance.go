@@ -27,7 +27,7 @@ func newInstanceCommand() *cobra.Command {
 		Use:   "instance",
 		Short: "The instance manager, PID 1 of every PostgreSQL pod",
 	}
-	cmd.AddCommand(newInstanceRunCommand(), newBootstrapCopyCommand())
+	cmd.AddCommand(newInstanceRunCommand(), newBootstrapCopyCommand(), newWALArchiveCommand(), newWALRestoreCommand())
 	return cmd
 }
 

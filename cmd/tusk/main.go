@@ -17,7 +17,7 @@ func main() {
 		root = newPluginCommand(plugin.BinaryName)
 	}
 	if err := root.Execute(); err != nil {
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }
 

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
+	"strings"
 	"testing"
 )
 
@@ -75,5 +77,39 @@ func TestPluginCommandHasKubeconfigFlags(t *testing.T) {
 	}
 	if f := cmd.PersistentFlags().ShorthandLookup("n"); f == nil || f.Name != "namespace" {
 		t.Errorf("-n is %v, want --namespace", f)
+	}
+}
+
+func TestWALCommandsHaveTheirFlags(t *testing.T) {
+	cmd := newInstanceCommand()
+	for _, sub := range []string{"wal-archive", "wal-restore"} {
+		c, _, err := cmd.Find([]string{sub})
+		if err != nil || c.Name() != sub {
+			t.Fatalf("tusk instance has no %s subcommand: %v", sub, err)
+		}
+		for _, name := range []string{"config", "timeout"} {
+			if c.Flags().Lookup(name) == nil {
+				t.Errorf("tusk instance %s has no --%s flag", sub, name)
+			}
+		}
+	}
+}
+
+// TestWALRestoreUsageErrorsStopRecovery: a restore_command that is wrong
+// must not look like "file not in the archive" (exit 1) to PostgreSQL.
+func TestWALRestoreUsageErrorsStopRecovery(t *testing.T) {
+	for args, want := range map[string]int{
+		"wal-restore only-one-arg":                exitAbortRecovery,
+		"wal-restore --no-such-flag a b":          exitAbortRecovery,
+		"wal-archive":                             1,
+		"wal-restore --config /nonexistent a b":   exitAbortRecovery,
+		"wal-archive --config /nonexistent a/b/c": 1,
+	} {
+		cmd := newRootCommand()
+		cmd.SetArgs(append([]string{"instance"}, strings.Fields(args)...))
+		cmd.SetErr(io.Discard)
+		if got := exitCode(cmd.Execute()); got != want {
+			t.Errorf("tusk instance %s: exit %d, want %d", args, got, want)
+		}
 	}
 }

@@ -1,0 +1,151 @@
+// Package objectstore reads and writes objects in one S3-compatible bucket
+// under a path prefix: the place where WAL archives and base backups live.
+//
+// It wraps minio-go with what Tusk needs and nothing more (Put streams an
+// object of unknown size, Get streams it back, Stat, List, Delete) and turns
+// the library's errors into ones a user can act on: wrong credentials, a
+// missing bucket, an unreachable endpoint and a TLS failure are told apart
+// (see Classify).
+package objectstore
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"strings"
+	"time"
+)
+
+// DefaultPartSize is the size of the parts a Put of unknown size uploads,
+// and so the memory one Put holds. An object of unknown size can have up to
+// 10,000 parts: 16 MiB parts allow objects up to 156 GiB.
+const DefaultPartSize = 16 << 20
+
+// minPartSize is the smallest part S3 accepts (but for the last one).
+const minPartSize = 5 << 20
+
+// Config says where the bucket is and how to reach it. The operator mounts
+// the credentials from a Secret, so each can come from a file.
+type Config struct {
+	// Endpoint is the server's URL: http://host:port or https://host.
+	Endpoint string `json:"endpoint"`
+	// Bucket is the bucket's name; it must exist.
+	Bucket string `json:"bucket"`
+	// Path is a prefix prepended to every key, without leading or
+	// trailing slashes ("" for the bucket's top).
+	Path string `json:"path,omitempty"`
+	// Region is the bucket's region ("" lets the client ask the server).
+	Region string `json:"region,omitempty"`
+
+	// AccessKeyID and SecretAccessKey are the credentials, given directly
+	// or as files holding them (trailing newlines are ignored). Both empty
+	// means anonymous access.
+	AccessKeyID         string `json:"accessKeyID,omitempty"`
+	AccessKeyIDFile     string `json:"accessKeyIDFile,omitempty"`
+	SecretAccessKey     string `json:"secretAccessKey,omitempty"`
+	SecretAccessKeyFile string `json:"secretAccessKeyFile,omitempty"`
+
+	// CAFile is a PEM bundle of certificate authorities trusted, besides
+	// the system's, for an https endpoint.
+	CAFile string `json:"caFile,omitempty"`
+
+	// PartSize is the part size of uploads (DefaultPartSize when zero).
+	PartSize uint64 `json:"partSize,omitempty"`
+	// MaxRetries is how many times a failed request is tried again
+	// (3 when zero; retries back off, so an unreachable endpoint takes a
+	// few seconds to report).
+	MaxRetries int `json:"maxRetries,omitempty"`
+}
+
+// endpoint is the parsed Endpoint.
+type endpoint struct {
+	host   string
+	secure bool
+}
+
+func parseEndpoint(raw string) (endpoint, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return endpoint{}, fmt.Errorf("object store endpoint %q is not a URL: %w", raw, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return endpoint{}, fmt.Errorf("object store endpoint %q must start with http:// or https://", raw)
+	}
+	if u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+		return endpoint{}, fmt.Errorf("object store endpoint %q must be scheme://host[:port] only: put the bucket and path in their own fields", raw)
+	}
+	return endpoint{host: u.Host, secure: u.Scheme == "https"}, nil
+}
+
+// normalizePath checks Path and strips surrounding slashes.
+func normalizePath(p string) (string, error) {
+	p = strings.Trim(p, "/")
+	if p == "" {
+		return "", nil
+	}
+	if path.Clean(p) != p || strings.HasPrefix(p, "../") || p == ".." {
+		return "", fmt.Errorf("object store path %q is not a clean relative path", p)
+	}
+	return p, nil
+}
+
+// credentials returns the access key id and secret, read from their files
+// when set there.
+func (c Config) credentials() (id, secret string, err error) {
+	if id, err = valueOrFile("access key id", c.AccessKeyID, c.AccessKeyIDFile); err != nil {
+		return "", "", err
+	}
+	if secret, err = valueOrFile("secret access key", c.SecretAccessKey, c.SecretAccessKeyFile); err != nil {
+		return "", "", err
+	}
+	if (id == "") != (secret == "") {
+		return "", "", errors.New("object store credentials need both an access key id and a secret access key (or neither, for anonymous access)")
+	}
+	return id, secret, nil
+}
+
+func valueOrFile(what, value, file string) (string, error) {
+	if value != "" && file != "" {
+		return "", fmt.Errorf("the object store %s is given both directly and as file %s: give one", what, file)
+	}
+	if file == "" {
+		return value, nil
+	}
+	data, err := os.ReadFile(file) //nolint:gosec // a mounted Secret the configuration names
+	if err != nil {
+		return "", fmt.Errorf("while reading the object store %s: %w", what, err)
+	}
+	return strings.TrimRight(string(data), "\r\n"), nil
+}
+
+// transport is an HTTP transport that trusts CAFile besides the system's
+// authorities.
+func (c Config) transport() (*http.Transport, error) {
+	tr, ok := http.DefaultTransport.(*http.Transport)
+	if !ok {
+		return nil, errors.New("http.DefaultTransport is not an *http.Transport")
+	}
+	tr = tr.Clone()
+	tr.ResponseHeaderTimeout = 2 * time.Minute
+	if c.CAFile == "" {
+		return tr, nil
+	}
+	pem, err := os.ReadFile(c.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("while reading the object store's CA bundle: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("object store CA bundle %s holds no PEM certificate", c.CAFile)
+	}
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return tr, nil
+}

@@ -1,0 +1,80 @@
+package walarchive
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"tusk.dev/tusk/internal/objectstore"
+)
+
+// ConfigEnv names the environment variable that holds the configuration
+// file's path when the command line gives none.
+const ConfigEnv = "TUSK_WAL_ARCHIVE_CONFIG"
+
+// Config is the file the archive commands read: where the archive is. The
+// instance manager writes it; credentials stay in their mounted files. The
+// object store path is the cluster's location, the cluster's name when
+// empty (as spec.backup.objectStore.path defaults).
+//
+//	{"cluster": "orders",
+//	 "objectStore": {"endpoint": "https://s3.example.com", "bucket": "backups",
+//	   "path": "prod", "accessKeyIDFile": "/etc/tusk/s3/id",
+//	   "secretAccessKeyFile": "/etc/tusk/s3/secret"}}
+type Config struct {
+	Cluster     string             `json:"cluster"`
+	ObjectStore objectstore.Config `json:"objectStore"`
+}
+
+// LoadConfig reads the configuration from path, or from the file
+// $TUSK_WAL_ARCHIVE_CONFIG names when path is empty. Unknown fields are
+// errors: a misspelt one would otherwise be silently ignored.
+func LoadConfig(path string) (Config, error) {
+	if path == "" {
+		path = os.Getenv(ConfigEnv)
+	}
+	if path == "" {
+		return Config{}, fmt.Errorf("no WAL archive configuration: pass --config or set %s", ConfigEnv)
+	}
+	data, err := os.ReadFile(path) //nolint:gosec // the configuration file we are told to read
+	if err != nil {
+		return Config{}, fmt.Errorf("while reading the WAL archive configuration: %w", err)
+	}
+	var cfg Config
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cfg); err != nil {
+		return Config{}, fmt.Errorf("while parsing the WAL archive configuration %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// NewArchiver checks cfg and returns an Archiver for it.
+func NewArchiver(cfg Config) (Archiver, error) {
+	if err := validateClusterName(cfg.Cluster); err != nil {
+		return Archiver{}, err
+	}
+	if cfg.ObjectStore.Endpoint == "" {
+		return Archiver{}, errors.New("the WAL archive configuration has no objectStore.endpoint")
+	}
+	if strings.Trim(cfg.ObjectStore.Path, "/") == "" {
+		cfg.ObjectStore.Path = cfg.Cluster
+	}
+	store, err := objectstore.New(cfg.ObjectStore)
+	if err != nil {
+		return Archiver{}, err
+	}
+	return Archiver{Store: store}, nil
+}
+
+// validateClusterName checks that the cluster's name can be its default
+// location.
+func validateClusterName(name string) error {
+	if name == "" || strings.ContainsAny(name, "/\\") || name == "." || name == ".." {
+		return fmt.Errorf("cluster name %q cannot name a WAL archive: it must be non-empty, without slashes", name)
+	}
+	return nil
+}
