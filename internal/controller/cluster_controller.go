@@ -182,8 +182,12 @@ func (r *ClusterReconciler) reconcileMembers(ctx context.Context, c *tuskv1alpha
 	if err := r.reconcileRoleLabels(ctx, c, v); err != nil {
 		return p, err
 	}
-	if err := r.demoteFormerPrimaries(ctx, c, v, ic); err != nil {
-		return p, err
+	if !p.switched {
+		// After a switchover in this pass the old primary's report still
+		// says primary: it is not a former primary to demote.
+		if err := r.demoteFormerPrimaries(ctx, c, v, ic); err != nil {
+			return p, err
+		}
 	}
 	if err := r.reconcileFencing(ctx, c, v, ic); err != nil {
 		return p, err

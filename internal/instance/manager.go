@@ -166,6 +166,10 @@ type state struct {
 	// that regaining the Lease never lifts it, and lifting it never
 	// bypasses the Lease.
 	fencedByHand bool
+	// pendingRejoin is the upstream of a demote whose rejoin failed (the
+	// new primary was not reachable yet, say): postgres stays stopped and
+	// the run loop tries again until the data directory follows it.
+	pendingRejoin *instanceapi.Upstream
 }
 
 // operation is work that must not overlap with supervision: role changes,
@@ -330,6 +334,9 @@ func (m *Manager) supervise(ctx context.Context) error {
 			if err == nil {
 				backoff = 0
 			}
+			if m.snapshot().pendingRejoin != nil && restartAt == nil {
+				restartAt, backoff = m.scheduleRestart(backoff)
+			}
 		}
 	}
 }
@@ -395,6 +402,9 @@ func (m *Manager) recordCrash() {
 // restart starts postgres when the restart timer fires, and schedules
 // another attempt when it cannot.
 func (m *Manager) restart(ctx context.Context, backoff time.Duration) (<-chan time.Time, time.Duration) {
+	if st := m.snapshot(); st.pendingRejoin != nil && !st.fencedByHand {
+		return m.finishRejoin(ctx, *st.pendingRejoin, backoff)
+	}
 	if m.snapshot().keptStopped() {
 		// Unfence, or holding the Lease again, starts it.
 		m.log.Info("Not starting postgres again: it is fenced")
@@ -408,6 +418,24 @@ func (m *Manager) restart(ctx context.Context, backoff time.Duration) (<-chan ti
 		return m.scheduleRestart(backoff)
 	}
 	return nil, backoff
+}
+
+// finishRejoin retries the rejoin of a demote that failed, then starts
+// postgres as a replica; until then postgres stays stopped, so a former
+// primary never serves on its old history.
+func (m *Manager) finishRejoin(ctx context.Context, up instanceapi.Upstream, backoff time.Duration) (<-chan time.Time, time.Duration) {
+	if err := m.rejoin(ctx, up); err != nil {
+		m.setError(err)
+		return m.scheduleRestart(backoff)
+	}
+	m.mu.Lock()
+	m.state.pendingRejoin, m.state.fenced = nil, false
+	m.mu.Unlock()
+	if err := m.startPostgres(ctx); err != nil {
+		m.setError(err)
+		return m.scheduleRestart(backoff)
+	}
+	return nil, 0
 }
 
 func (m *Manager) scheduleRestart(previous time.Duration) (<-chan time.Time, time.Duration) {

@@ -161,12 +161,16 @@ func (m *Manager) demote(ctx context.Context, up instanceapi.Upstream) error {
 		return err
 	}
 	// A failed rejoin leaves the role and the fence as they were, so it
-	// never starts as a primary without the Lease.
+	// never starts as a primary without the Lease; postgres stays stopped
+	// and the run loop tries the rejoin again (finishRejoin).
 	if err := m.rejoin(ctx, up); err != nil {
+		m.mu.Lock()
+		m.state.pendingRejoin = &up
+		m.mu.Unlock()
 		return err
 	}
 	m.mu.Lock()
-	m.state.fenced = false
+	m.state.fenced, m.state.pendingRejoin = false, nil
 	m.mu.Unlock()
 	return m.startPostgres(ctx)
 }

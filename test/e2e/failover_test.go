@@ -55,6 +55,7 @@ func TestFailoverWhenThePrimaryPodIsDeleted(t *testing.T) {
 
 	// The old primary comes back on its volume, as a replica.
 	waitHealthy(t, ns, name, 3, clusterChangeTimeout)
+	t.Logf("cluster Healthy again, %s back as a replica, %.1fs after the deletion", oldPrimary, time.Since(start).Seconds())
 	waitRowsEverywhere(t, ns, name, 101)
 	pgc := mustGetCluster(t, ns, name)
 	if pgc.Status.CurrentPrimary != newPrimary {

@@ -6,10 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -202,7 +204,27 @@ func TestDemoteFencedPrimary(t *testing.T) {
 		t.Fatalf("a fenced primary runs postgres while another holds the Lease: %v", ps)
 	}
 
-	old.command(http.MethodPost, instanceapi.PathDemote, instanceapi.FollowRequest{Upstream: instanceapi.Upstream{Host: "127.0.0.1", Port: next.port}}, nil)
+	// The first demote finds the new primary unreachable (its -rw Service
+	// has no endpoint yet, in a pod): postgres stays stopped, and the
+	// manager retries the rejoin by itself until it can reach it.
+	upstream := newTCPProxy(t, fmt.Sprintf("127.0.0.1:%d", next.port))
+	upstream.cut()
+	_, port, err := net.SplitHostPort(upstream.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upPort, _ := strconv.Atoi(port)
+	follow := instanceapi.FollowRequest{Upstream: instanceapi.Upstream{Host: "127.0.0.1", Port: upPort}}
+	if code, err := old.call(t.Context(), http.MethodPost, instanceapi.PathDemote, follow, nil); err == nil {
+		t.Fatalf("a demote towards an unreachable primary answered %d, want an error", code)
+	}
+	if st, err := old.status(t.Context()); err != nil || st.Phase != instanceapi.PhaseRejoining {
+		t.Fatalf("after a failed demote the old primary reports %+v, %v; want phase Rejoining", st, err)
+	}
+	if ps := old.postgresProcesses(); len(ps) > 0 {
+		t.Fatalf("after a failed demote the old primary runs postgres: %v", ps)
+	}
+	upstream.restore()
 	st := old.waitReady(instanceapi.RoleReplica)
 	if strings.Contains(old.logs(), "copying the primary afresh") {
 		t.Log("pg_rewind could not rejoin the fenced primary; it was copied afresh")
