@@ -68,10 +68,9 @@ var chaosFaults = []chaosFault{
 	}},
 }
 
-// defaultChaosFaults are the faults the operator survives today. A freeze
-// and a network cut of the primary need automatic failover with fencing
-// (docs/chaos.md); name them in TUSK_CHAOS_FAULTS to run them.
-var defaultChaosFaults = []string{"delete-primary", "kill-postmaster", "kill-operator", "restart-all"}
+// defaultChaosFaults are every fault kind: a freeze and a network cut of
+// the primary are survived by failover with fencing (docs/chaos.md).
+var defaultChaosFaults = []string{"delete-primary", "kill-postmaster", "kill-operator", "restart-all", "freeze-primary", "cut-primary"}
 
 // holdFault keeps a fault in place for d: the one wait in the suite that is
 // not for a state, since the fault's duration is the point.

@@ -63,7 +63,7 @@ func workloadPod(ns, cluster string) *corev1.Pod {
 	pod := appClientPod(workloadPodName, cluster, workloadBinary, "workload", "write",
 		"--duration", "0", "--clients", strconv.Itoa(workloadClients), "--ledger", workloadLedger,
 		// Short backoffs: the gap measured is the cluster's, not the writer's.
-		"--backoff", "50ms", "--max-backoff", "250ms", "--timeout", "5s")
+		"--backoff", "50ms", "--max-backoff", "250ms", "--timeout", "2s")
 	writer := &pod.Spec.Containers[0]
 	writer.Name = "writer"
 	writer.Env = append(writer.Env, corev1.EnvVar{Name: "TUSK_WORKLOAD_DSN", Value: serviceConninfo(ns, cluster+"-rw")})
