@@ -166,8 +166,8 @@ func (r *ClusterReconciler) reconcileMembers(ctx context.Context, c *tuskv1alpha
 	if err := r.refuseUnsafeTarget(ctx, c, v); err != nil {
 		return p, err
 	}
-	// Labels first: a switchover under way takes the primary label away
-	// before its steps; once it is done the new primary gets it at once.
+	// Labels first (labelledRole); once a switchover is done the new
+	// primary gets the label at once.
 	if err := r.reconcileRoleLabels(ctx, c, v); err != nil {
 		return p, err
 	}

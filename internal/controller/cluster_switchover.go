@@ -17,22 +17,50 @@ import (
 )
 
 // reconcileRoleLabels keeps each pod's role label on the role Tusk wants:
-// the -rw Service follows it, and the instance manager starts in it. While
-// a switchover runs no pod is labelled primary, so no client writes to a
-// primary that is stepping down.
+// the -rw Service follows it, and the instance manager starts in it.
 func (r *ClusterReconciler) reconcileRoleLabels(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view) error {
 	for _, m := range v.members {
-		want := string(wantedRole(c, m.name))
-		if m.pod == nil || m.pod.Labels[LabelRole] == want {
-			continue
-		}
-		patch := client.MergeFrom(m.pod.DeepCopy())
-		m.pod.Labels[LabelRole] = want
-		if err := r.Patch(ctx, m.pod, patch); err != nil {
-			return fmt.Errorf("while labelling %s as %s: %w", m.name, want, err)
+		if err := r.labelRole(ctx, m, labelledRole(c, m)); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// labelledRole is the role label an instance's pod should carry now. A
+// primary being switched over keeps its label, and takes writes, until it
+// steps down (stepDownFirst moves the label on at once): taking it off
+// earlier would only start the write gap sooner.
+func labelledRole(c *tuskv1alpha1.PostgresCluster, m *member) instanceapi.Role {
+	if m.name == c.Status.CurrentPrimary && c.Status.TargetPrimary != c.Status.CurrentPrimary &&
+		m.status != nil && m.status.Role == instanceapi.RolePrimary {
+		return instanceapi.RolePrimary
+	}
+	return wantedRole(c, m.name)
+}
+
+func (r *ClusterReconciler) labelRole(ctx context.Context, m *member, role instanceapi.Role) error {
+	if m.pod == nil || m.pod.Labels[LabelRole] == string(role) {
+		return nil
+	}
+	patch := client.MergeFrom(m.pod.DeepCopy())
+	m.pod.Labels[LabelRole] = string(role)
+	if err := r.Patch(ctx, m.pod, patch); err != nil {
+		return fmt.Errorf("while labelling %s as %s: %w", m.name, role, err)
+	}
+	return nil
+}
+
+// moveWritesTo labels the target primary right after the old primary
+// stepped down, while the target catches up and is promoted: the Service
+// endpoints and every node's proxy rules take a second or so to follow a
+// label, and the target refuses writes (read-only) until it is promoted,
+// so nothing is written anywhere meanwhile.
+func (r *ClusterReconciler) moveWritesTo(ctx context.Context, old, target *member) error {
+	if err := r.labelRole(ctx, old, instanceapi.RoleReplica); err != nil {
+		return err
+	}
+	return r.labelRole(ctx, target, instanceapi.RolePrimary)
 }
 
 // startSwitchover records target as the primary Tusk wants; the steps
@@ -108,6 +136,9 @@ func (r *ClusterReconciler) reconcileSwitchover(ctx context.Context, c *tuskv1al
 	case stepDownFirst:
 		checkpoint, err := r.stepDown(ctx, c, old, ic)
 		if err != nil {
+			return true, err
+		}
+		if err := r.moveWritesTo(ctx, old, target); err != nil {
 			return true, err
 		}
 		// The target normally has the checkpoint already: promoting in

@@ -152,8 +152,8 @@ func messageSuffix(msg string) string {
 // describeSwitchover tells the user what the operator now does.
 func describeSwitchover(w io.Writer, cluster, from, to string) {
 	fmt.Fprintf(w, `Switching the primary of %[1]s from %[2]s to %[3]s. The operator will:
-  1. take the primary label off %[2]s: %[1]s-rw has no endpoint, so writes wait (a few seconds) instead of going to a primary that is leaving;
-  2. shut %[2]s down cleanly: its standbys receive every WAL record before it stops, then it restarts as a replica;
-  3. promote %[3]s once it has received all of %[2]s's WAL, point %[1]s-rw at it, and make %[2]s follow it.
+  1. shut %[2]s down cleanly: its standbys receive every WAL record before it stops, then it restarts as a replica;
+  2. point %[1]s-rw at %[3]s at once, and promote it once it has received all of %[2]s's WAL (writes wait, a second or two, until then);
+  3. make %[2]s follow %[3]s.
 `, cluster, from, to)
 }
