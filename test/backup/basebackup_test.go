@@ -3,15 +3,20 @@
 package backup
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/klauspost/compress/zstd"
 	"github.com/minio/minio-go/v7"
 
 	"tusk.dev/tusk/internal/basebackup"
@@ -127,6 +132,166 @@ func TestBaseBackupAndPointInTimeRecovery(t *testing.T) {
 		}
 		checkPromotedAfterRecovery(t, srv, "archive recovery complete")
 	})
+	t.Run("bad input", func(t *testing.T) { testRefusals(t, s3, cfg, dir, primary, rec) })
+	t.Run("corrupt backup", func(t *testing.T) { testCorruptBackup(t, s3, cfg, dir) })
+}
+
+// testRefusals checks that bad input is refused with a clear message
+// before anything is written: no directory, no object.
+func testRefusals(t *testing.T, s3 *testenv.S3, cfg, dir string, primary *server, rec basebackup.Record) {
+	nonEmpty := filepath.Join(dir, "non-empty")
+	if err := os.Mkdir(nonEmpty, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	chown(t, nonEmpty)
+	writeFile(t, filepath.Join(nonEmpty, "keep"), "mine")
+	before := baseObjects(t, s3)
+	cases := []struct {
+		name, backup, target string
+		args                 []string
+		says                 string
+	}{
+		{"backup that does not exist", "nope", "", nil,
+			`backup "nope" does not exist at s3://tusk-test/orders/base/ (backups there: [first])`},
+		{"non-empty target directory", "first", nonEmpty, nil, "refusing to restore into " + nonEmpty + ": it is not empty"},
+		{"target time before the backup", "first", "", []string{"--target-time", rec.StartTime.Format(time.RFC3339Nano)},
+			`recovery target time ` + rec.StartTime.Format(time.RFC3339Nano) + ` is before backup "first" ended`},
+		{"target LSN before the backup", "first", "", []string{"--target-lsn", rec.BeginLSN.String()},
+			`recovery target LSN ` + rec.BeginLSN.String() + ` is before backup "first" ended`},
+		{"two targets", "first", "", []string{"--target-lsn", "1/0", "--target-name", "x"}, "give at most one recovery target"},
+		{"target time that does not parse", "first", "", []string{"--target-time", "yesterday"}, "is not an RFC 3339 time"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			target := tc.target
+			if target == "" {
+				target = filepath.Join(dir, "never")
+			}
+			code, out := restore(t, cfg, tc.backup, target, tc.args...)
+			if code == 0 || !strings.Contains(out, tc.says) {
+				t.Errorf("exit %d, output %q; want a failure saying %q", code, out, tc.says)
+			}
+			if entries, err := os.ReadDir(target); tc.target == "" && !os.IsNotExist(err) {
+				t.Errorf("%s was created (%v, %v)", target, entries, err)
+			}
+		})
+	}
+	if got, err := os.ReadFile(filepath.Join(nonEmpty, "keep")); err != nil || string(got) != "mine" {
+		t.Errorf("the non-empty directory's file: %q, %v", got, err)
+	}
+	if entries, _ := os.ReadDir(nonEmpty); len(entries) != 1 {
+		t.Errorf("the non-empty directory holds %d entries, not 1", len(entries))
+	}
+	conn := fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres", dir, primary.port)
+	for _, tc := range []struct{ name, says string }{
+		{"first", `refusing to take backup "first": s3://tusk-test/orders/base/first/`},
+		{"../escape", `backup name "../escape" is not valid`},
+	} {
+		code, out := tusk(t, "instance", "backup", "--config", cfg, "--name", tc.name, "--pg-bindir", pgBinDir, "--connection", conn)
+		if code == 0 || !strings.Contains(out, tc.says) {
+			t.Errorf("backup %q: exit %d, output %q; want a failure saying %q", tc.name, code, out, tc.says)
+		}
+	}
+	if after := baseObjects(t, s3); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("the refusals changed the stored backups: %v, then %v", before, after)
+	}
+}
+
+// baseObjects lists the backups' objects with their sizes and ETags.
+func baseObjects(t *testing.T, s3 *testenv.S3) []string {
+	t.Helper()
+	var objs []string
+	for obj := range s3.Client().ListObjects(context.Background(), s3.Bucket, minio.ListObjectsOptions{Prefix: "orders/base/", Recursive: true}) {
+		if obj.Err != nil {
+			t.Fatal(obj.Err)
+		}
+		objs = append(objs, fmt.Sprintf("%s %d %s", obj.Key, obj.Size, obj.ETag))
+	}
+	return objs
+}
+
+// testCorruptBackup stores a copy of the backup with one file's content
+// changed (same size) and checks that restoring it fails on the manifest's
+// checksum and leaves no directory.
+func testCorruptBackup(t *testing.T, s3 *testenv.S3, cfg, dir string) {
+	ctx := context.Background()
+	copyObject(t, s3, "orders/base/first/base.tar.zst", "orders/base/corrupt/base.tar.zst", func(name string, content []byte) []byte {
+		if name == "PG_VERSION" {
+			return []byte(strings.Replace(string(content), "1", "9", 1))
+		}
+		return content
+	})
+	obj, err := s3.Client().GetObject(ctx, s3.Bucket, "orders/base/first/backup.json", minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.NewDecoder(obj).Decode(&rec); err != nil {
+		t.Fatal(err)
+	}
+	rec["name"] = "corrupt"
+	data, _ := json.Marshal(rec)
+	if _, err := s3.Client().PutObject(ctx, s3.Bucket, "orders/base/corrupt/backup.json", bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(dir, "from-corrupt")
+	code, out := restore(t, cfg, "corrupt", target)
+	if code == 0 || !strings.Contains(out, "backup verification failed: PG_VERSION has checksum") {
+		t.Errorf("restoring a corrupt backup: exit %d, %q; want a verification failure naming PG_VERSION", code, out)
+	}
+	if _, err := os.Stat(target); !os.IsNotExist(err) {
+		t.Errorf("the failed restore left %s behind (%v)", target, err)
+	}
+}
+
+// copyObject copies a backup's tar stream from one key to another,
+// changing the files' content with change.
+func copyObject(t *testing.T, s3 *testenv.S3, from, to string, change func(string, []byte) []byte) {
+	t.Helper()
+	ctx := context.Background()
+	obj, err := s3.Client().GetObject(ctx, s3.Bucket, from, minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = obj.Close() }()
+	dec, err := zstd.NewReader(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dec.Close()
+	var buf bytes.Buffer
+	enc, _ := zstd.NewWriter(&buf)
+	tr, tw := tar.NewReader(dec), tar.NewWriter(enc)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		content, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		content = change(hdr.Name, content)
+		hdr.Size = int64(len(content))
+		if err := tw.WriteHeader(hdr); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(content); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := enc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s3.Client().PutObject(ctx, s3.Bucket, to, &buf, int64(buf.Len()), minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // checkRecord compares what the backup recorded with the server and the
