@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/sha512"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -99,8 +100,7 @@ func newHash(algorithm string) (hash.Hash, error) {
 type crc32cLE struct{ hash.Hash32 }
 
 func (c crc32cLE) Sum(b []byte) []byte {
-	v := c.Sum32()
-	return append(b, byte(v), byte(v>>8), byte(v>>16), byte(v>>24))
+	return binary.LittleEndian.AppendUint32(b, c.Sum32())
 }
 
 // fileSum is what a backup's stream held of one file.

@@ -84,7 +84,7 @@ func refuseNonEmpty(dir string) error {
 func makeDataDir(dir string) (bool, error) {
 	err := os.Mkdir(dir, 0o700)
 	if errors.Is(err, os.ErrExist) {
-		return false, os.Chmod(dir, 0o700)
+		return false, os.Chmod(dir, 0o700) //nolint:gosec // a data directory: postgres requires 0700
 	}
 	if err != nil {
 		return false, fmt.Errorf("while creating the target directory: %w", err)

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -39,7 +40,7 @@ func checkTar(r io.Reader, algorithm string, s sink) (*Manifest, error) {
 	var manifest []byte
 	for {
 		hdr, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

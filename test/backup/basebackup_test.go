@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -264,7 +265,7 @@ func copyObject(t *testing.T, s3 *testenv.S3, from, to string, change func(strin
 	tr, tw := tar.NewReader(dec), tar.NewWriter(enc)
 	for {
 		hdr, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
