@@ -171,6 +171,9 @@ func (o Options) stream(ctx context.Context, rec *Record) error {
 		}
 	})
 	putErr := o.Store.Put(ctx, DataKey(o.Name), pr, map[string]string{"tusk-compression": compressionZstd})
+	if putErr != nil {
+		cancel() // no point reading the rest: stop pg_basebackup
+	}
 	_ = pr.CloseWithError(errors.Join(putErr, errors.New("the upload stopped"))) // unblocks produce when Put gave up
 	wg.Wait()
 	if produceErr != nil {
