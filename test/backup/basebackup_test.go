@@ -21,6 +21,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"tusk.dev/tusk/internal/basebackup"
+	"tusk.dev/tusk/internal/objectstore"
 	"tusk.dev/tusk/internal/postgres"
 	"tusk.dev/tusk/internal/testenv"
 )
@@ -183,19 +184,55 @@ func testRefusals(t *testing.T, s3 *testenv.S3, cfg, dir string, primary *server
 	if entries, _ := os.ReadDir(nonEmpty); len(entries) != 1 {
 		t.Errorf("the non-empty directory holds %d entries, not 1", len(entries))
 	}
-	conn := fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres", dir, primary.port)
-	for _, tc := range []struct{ name, says string }{
-		{"first", `refusing to take backup "first": s3://tusk-test/orders/base/first/`},
-		{"../escape", `backup name "../escape" is not valid`},
-	} {
-		code, out := tusk(t, "instance", "backup", "--config", cfg, "--name", tc.name, "--pg-bindir", pgBinDir, "--connection", conn)
-		if code == 0 || !strings.Contains(out, tc.says) {
-			t.Errorf("backup %q: exit %d, output %q; want a failure saying %q", tc.name, code, out, tc.says)
-		}
+	testBackupRefusals(t, s3, cfg, dir, primary)
+	if code, out := restore(t, missingBucketConfig(t, s3, dir), "first", filepath.Join(dir, "never")); code == 0 ||
+		!strings.Contains(out, "bucket does not exist") {
+		t.Errorf("restore from a missing bucket: exit %d, output %q", code, out)
 	}
 	if after := baseObjects(t, s3); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("the refusals changed the stored backups: %v, then %v", before, after)
 	}
+}
+
+// testBackupRefusals checks that the backup command refuses a name used
+// already, an invalid name, a missing bucket and an instance with a
+// tablespace besides the default, each with a clear message.
+func testBackupRefusals(t *testing.T, s3 *testenv.S3, cfg, dir string, primary *server) {
+	conn := primary.connect()
+	space := filepath.Join(dir, "tablespace")
+	if err := os.Mkdir(space, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	chown(t, space)
+	exec1(t, conn, "CREATE TABLESPACE extra LOCATION '"+space+"'")
+	defer exec1(t, conn, "DROP TABLESPACE extra")
+	conninfo := fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres", dir, primary.port)
+	for _, tc := range []struct{ name, config, says string }{
+		{"first", cfg, `refusing to take backup "first": s3://tusk-test/orders/base/first/`},
+		{"../escape", cfg, `backup name "../escape" is not valid`},
+		{"second", missingBucketConfig(t, s3, dir), "bucket does not exist"},
+		{"second", cfg, "the instance has tablespaces besides the default (extra): base backups of other tablespaces are not supported"},
+	} {
+		code, out := tusk(t, "instance", "backup", "--config", tc.config, "--name", tc.name, "--pg-bindir", pgBinDir, "--connection", conninfo)
+		if code == 0 || !strings.Contains(out, tc.says) {
+			t.Errorf("backup %q: exit %d, output %q; want a failure saying %q", tc.name, code, out, tc.says)
+		}
+	}
+}
+
+// missingBucketConfig is the archive configuration with a bucket that does
+// not exist.
+func missingBucketConfig(t *testing.T, s3 *testenv.S3, dir string) string {
+	t.Helper()
+	sub := filepath.Join(dir, "missing-bucket")
+	if _, err := os.Stat(sub); err == nil {
+		return filepath.Join(sub, "archive-"+cluster+".json")
+	}
+	if err := os.Mkdir(sub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	chown(t, sub)
+	return archiveConfig(t, sub, s3, func(c *objectstore.Config) { c.Bucket = "no-such-bucket" })
 }
 
 // baseObjects lists the backups' objects with their sizes and ETags.
