@@ -27,7 +27,8 @@ func newInstanceCommand() *cobra.Command {
 		Use:   "instance",
 		Short: "The instance manager, PID 1 of every PostgreSQL pod",
 	}
-	cmd.AddCommand(newInstanceRunCommand(), newBootstrapCopyCommand(), newWALArchiveCommand(), newWALRestoreCommand())
+	cmd.AddCommand(newInstanceRunCommand(), newBootstrapCopyCommand(), newWALArchiveCommand(), newWALRestoreCommand(),
+		newBackupCommand(), newRestoreCommand())
 	return cmd
 }
 

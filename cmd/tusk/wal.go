@@ -52,8 +52,13 @@ func (f *walFlags) add(cmd *cobra.Command, nargs, failCode int) {
 		return nil
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: failCode, err: err} })
+	f.addFlags(cmd, 5*time.Minute)
+}
+
+// addFlags adds --config and --timeout.
+func (f *walFlags) addFlags(cmd *cobra.Command, timeout time.Duration) {
 	cmd.Flags().StringVar(&f.config, "config", "", "WAL archive configuration file (JSON: cluster, objectStore); $"+walarchive.ConfigEnv+" when empty")
-	cmd.Flags().DurationVar(&f.timeout, "timeout", 5*time.Minute, "give up after this long")
+	cmd.Flags().DurationVar(&f.timeout, "timeout", timeout, "give up after this long")
 }
 
 func (f *walFlags) archiver() (walarchive.Archiver, error) {
