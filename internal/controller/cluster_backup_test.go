@@ -4,8 +4,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 	"tusk.dev/tusk/internal/instanceapi"
@@ -108,4 +111,72 @@ func mountNamed(ctr corev1.Container, name string) *corev1.VolumeMount {
 		}
 	}
 	return nil
+}
+
+// TestSetStatusArchive: status.archive is the primary's report, kept while
+// the primary does not answer; failing archiving degrades the cluster but
+// leaves it Ready; without spec.backup there is no archive status.
+func TestSetStatusArchive(t *testing.T) {
+	archived := time.Date(2026, 11, 23, 1, 0, 0, 123456789, time.UTC)
+	failed := archived.Add(time.Minute)
+	report := func(failing bool) *instanceapi.ArchiveStatus {
+		a := &instanceapi.ArchiveStatus{LastArchivedWAL: "000000010000000000000003", LastArchivedTime: &archived}
+		if failing {
+			a.LastFailedWAL, a.LastFailedTime, a.Failing = "000000010000000000000004", &failed, true
+		}
+		return a
+	}
+	all := []inst{{serial: 1, ready: true}, {serial: 2, ready: true, streaming: true}, {serial: 3, ready: true, streaming: true}}
+	withBackup := func() *tuskv1alpha1.PostgresCluster {
+		c := clusterWithPrimary(3, 1)
+		c.Spec.PostgreSQL.Synchronous.Mode = tuskv1alpha1.SynchronousOff
+		c.Spec.Backup = backupCluster().Spec.Backup
+		return c
+	}
+	condition := func(c *tuskv1alpha1.PostgresCluster, typ string) metav1.Condition {
+		cond := meta.FindStatusCondition(c.Status.Conditions, typ)
+		if cond == nil {
+			t.Fatalf("no %s condition", typ)
+		}
+		return *cond
+	}
+
+	c := withBackup()
+	v := testView(c, all...)
+	v.members[0].status.Archive = report(true)
+	setStatus(c, v, progress{})
+	a := c.Status.Archive
+	if a == nil || !a.Failing || a.LastFailedWAL != "000000010000000000000004" || a.LastArchivedWAL != "000000010000000000000003" ||
+		a.LastArchivedTime == nil || !a.LastArchivedTime.Equal(&metav1.Time{Time: archived.Truncate(time.Second)}) {
+		t.Fatalf("status.archive %+v: want the primary's failing report, times in whole seconds", a)
+	}
+	if d, r := condition(c, ConditionDegraded), condition(c, ConditionReady); d.Status != metav1.ConditionTrue || d.Reason != ReasonArchiveFailing ||
+		!strings.Contains(d.Message, "000000010000000000000004") || r.Status != metav1.ConditionTrue || c.Status.Phase != tuskv1alpha1.ClusterPhaseDegraded {
+		t.Errorf("failing archive: Degraded %+v, Ready %+v, phase %s; want Degraded ArchiveFailing naming the WAL, still Ready", d, r, c.Status.Phase)
+	}
+
+	// The primary does not answer: the last report stays.
+	v = testView(c, all...)
+	v.members[0].status = nil
+	setStatus(c, v, progress{})
+	if c.Status.Archive == nil || !c.Status.Archive.Failing {
+		t.Errorf("status.archive %+v after the primary did not answer: want the last report kept", c.Status.Archive)
+	}
+
+	// Archiving works again.
+	v = testView(c, all...)
+	v.members[0].status.Archive = report(false)
+	setStatus(c, v, progress{})
+	if d := condition(c, ConditionDegraded); c.Status.Archive.Failing || d.Status != metav1.ConditionFalse {
+		t.Errorf("healthy archive: status.archive %+v, Degraded %+v", c.Status.Archive, d)
+	}
+
+	// No spec.backup: no archive status, whatever an instance says.
+	c = clusterWithPrimary(3, 1)
+	v = testView(c, all...)
+	v.members[0].status.Archive = report(true)
+	setStatus(c, v, progress{})
+	if c.Status.Archive != nil || condition(c, ConditionDegraded).Reason == ReasonArchiveFailing {
+		t.Errorf("without spec.backup: status.archive %+v, Degraded %+v", c.Status.Archive, condition(c, ConditionDegraded))
+	}
 }
