@@ -47,9 +47,9 @@ type instanceFlags struct {
 // archiveFlags turn continuous WAL archiving on when an endpoint is given.
 type archiveFlags struct {
 	endpoint, bucket, path, region string
-	accessKeyIDFile, secretKeyFile  string
-	caFile, binary                  string
-	timeout                         time.Duration
+	accessKeyIDFile, secretKeyFile string
+	caFile, binary                 string
+	timeout                        time.Duration
 }
 
 func (a *archiveFlags) add(fl *pflag.FlagSet) {

@@ -16,7 +16,7 @@ import (
 // Where an instance pod mounts the object store's Secrets, and the file
 // names of the keys there (the Secret's own key names may differ).
 const (
-	backupCredentialsMount = "/etc/tusk/secrets/backup"
+	backupCredentialsMount = "/etc/tusk/secrets/backup" //nolint:gosec // a mount path, not a credential
 	backupCAMount          = "/etc/tusk/tls/backup-ca"
 	fileAccessKeyID        = "ACCESS_KEY_ID"
 	fileSecretAccessKey    = "SECRET_ACCESS_KEY"
@@ -26,7 +26,7 @@ const (
 // Default key names of the credentials Secret (the CRD's defaults too).
 const (
 	defaultAccessKeyIDKey     = "ACCESS_KEY_ID"
-	defaultSecretAccessKeyKey = "SECRET_ACCESS_KEY" //nolint:gosec // a key name, not a credential
+	defaultSecretAccessKeyKey = "SECRET_ACCESS_KEY"
 )
 
 // credentialKeys are the keys of the credentials Secret, defaulted.
