@@ -153,7 +153,7 @@ type PostgreSQLSpec struct {
 	// primary_conninfo, ssl, ...) and refuses them here.
 	// +kubebuilder:validation:MaxProperties=128
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-z_][a-z0-9_.]*$'))",message="parameter names are PostgreSQL setting names in lowercase: letters, digits, '_' and '.' (for extension settings)"
-	// +kubebuilder:validation:XValidation:rule="['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'archive_mode', 'archive_command', 'archive_library', 'restore_command', 'archive_cleanup_command', 'recovery_end_command', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'recovery_target', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_xid', 'recovery_target_inclusive', 'recovery_target_timeline', 'recovery_target_action', 'synchronous_standby_names', 'ssl', 'ssl_cert_file', 'ssl_key_file', 'ssl_ca_file', 'ssl_crl_file', 'cluster_name', 'hot_standby', 'logging_collector', 'log_destination', 'log_directory', 'log_filename'].all(p, !(p in self))",messageExpression="'parameter ' + ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'archive_mode', 'archive_command', 'archive_library', 'restore_command', 'archive_cleanup_command', 'recovery_end_command', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'recovery_target', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_xid', 'recovery_target_inclusive', 'recovery_target_timeline', 'recovery_target_action', 'synchronous_standby_names', 'ssl', 'ssl_cert_file', 'ssl_key_file', 'ssl_ca_file', 'ssl_crl_file', 'cluster_name', 'hot_standby', 'logging_collector', 'log_destination', 'log_directory', 'log_filename'].filter(p, p in self)[0] + ' is managed by Tusk and cannot be set: Tusk sets it itself to keep Services, replication, failover, archiving, TLS and logging working (synchronous replication and archiving are configured with spec.postgresql.synchronous and spec.backup)'"
+	// +kubebuilder:validation:XValidation:rule="['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'archive_mode', 'archive_command', 'archive_library', 'archive_timeout', 'restore_command', 'archive_cleanup_command', 'recovery_end_command', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'recovery_target', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_xid', 'recovery_target_inclusive', 'recovery_target_timeline', 'recovery_target_action', 'synchronous_standby_names', 'ssl', 'ssl_cert_file', 'ssl_key_file', 'ssl_ca_file', 'ssl_crl_file', 'cluster_name', 'hot_standby', 'logging_collector', 'log_destination', 'log_directory', 'log_filename'].all(p, !(p in self))",messageExpression="'parameter ' + ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'archive_mode', 'archive_command', 'archive_library', 'archive_timeout', 'restore_command', 'archive_cleanup_command', 'recovery_end_command', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'recovery_target', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_xid', 'recovery_target_inclusive', 'recovery_target_timeline', 'recovery_target_action', 'synchronous_standby_names', 'ssl', 'ssl_cert_file', 'ssl_key_file', 'ssl_ca_file', 'ssl_crl_file', 'cluster_name', 'hot_standby', 'logging_collector', 'log_destination', 'log_directory', 'log_filename'].filter(p, p in self)[0] + ' is managed by Tusk and cannot be set: Tusk sets it itself to keep Services, replication, failover, archiving, TLS and logging working (synchronous replication and archiving are configured with spec.postgresql.synchronous and spec.backup)'"
 	// +kubebuilder:validation:XValidation:rule="!('wal_level' in self) || self['wal_level'] in ['replica', 'logical']",message="wal_level must be replica or logical: streaming replicas and backups need at least replica"
 	// +optional
 	Parameters map[string]string `json:"parameters,omitempty"`
@@ -445,6 +445,36 @@ type PostgresClusterStatus struct {
 	// replication is asynchronous.
 	// +optional
 	SynchronousQuorum *QuorumStatus `json:"synchronousQuorum,omitempty"`
+
+	// Archive is the health of continuous WAL archiving, as the primary
+	// last reported it (pg_stat_archiver). Absent without spec.backup.
+	// +optional
+	Archive *ArchiveStatus `json:"archive,omitempty"`
+}
+
+// ArchiveStatus is the health of continuous WAL archiving.
+type ArchiveStatus struct {
+	// LastArchivedWAL is the last WAL file archived successfully.
+	// +optional
+	LastArchivedWAL string `json:"lastArchivedWAL,omitempty"`
+
+	// LastArchivedTime is when it was archived.
+	// +optional
+	LastArchivedTime *metav1.Time `json:"lastArchivedTime,omitempty"`
+
+	// LastFailedWAL is the last WAL file whose archiving failed.
+	// +optional
+	LastFailedWAL string `json:"lastFailedWAL,omitempty"`
+
+	// LastFailedTime is when it failed.
+	// +optional
+	LastFailedTime *metav1.Time `json:"lastFailedTime,omitempty"`
+
+	// Failing says the last attempt failed: the last failure is newer than
+	// the last success. PostgreSQL keeps the WAL and retries; the
+	// instance's log says why it fails.
+	// +optional
+	Failing bool `json:"failing,omitempty"`
 }
 
 // QuorumStatus is a primary's synchronous_standby_names: ANY number

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -20,6 +21,8 @@ import (
 	"tusk.dev/tusk/internal/instance/pgbin"
 	"tusk.dev/tusk/internal/instance/supervisor"
 	"tusk.dev/tusk/internal/instanceapi"
+	"tusk.dev/tusk/internal/objectstore"
+	"tusk.dev/tusk/internal/walarchive"
 )
 
 func newInstanceCommand() *cobra.Command {
@@ -39,6 +42,50 @@ type instanceFlags struct {
 	kubeconfig string
 	binDir     string
 	configFile string
+	archive    archiveFlags
+}
+
+// archiveFlags turn continuous WAL archiving on when an endpoint is given.
+type archiveFlags struct {
+	endpoint, bucket, path, region string
+	accessKeyIDFile, secretKeyFile string
+	caFile, binary                 string
+	timeout                        time.Duration
+}
+
+func (a *archiveFlags) add(fl *pflag.FlagSet) {
+	fl.StringVar(&a.endpoint, "wal-archive-endpoint", "", "S3 endpoint (http[s]://host[:port]) to archive WAL to; no archiving when empty")
+	fl.StringVar(&a.bucket, "wal-archive-bucket", "", "bucket of the WAL archive")
+	fl.StringVar(&a.path, "wal-archive-path", "", "path prefix of the cluster's location in the bucket (the cluster's name when empty)")
+	fl.StringVar(&a.region, "wal-archive-region", "", "S3 region, when the store needs one")
+	fl.StringVar(&a.accessKeyIDFile, "wal-archive-access-key-id-file", "", "file holding the S3 access key ID")
+	fl.StringVar(&a.secretKeyFile, "wal-archive-secret-access-key-file", "", "file holding the S3 secret access key")
+	fl.StringVar(&a.caFile, "wal-archive-ca-file", "", "PEM bundle trusted for the endpoint's certificate, besides the system's")
+	fl.StringVar(&a.binary, "wal-archive-binary", "", "tusk binary postgres runs as archive_command (this executable when empty)")
+	fl.DurationVar(&a.timeout, "archive-timeout", instance.DefaultArchiveTimeout, "archive_timeout: the longest WAL waits before its segment is switched and archived")
+}
+
+// options returns the archiving options, nil without an endpoint.
+func (a *archiveFlags) options(cluster string) (*instance.WALArchiveOptions, error) {
+	if a.endpoint == "" {
+		return nil, nil
+	}
+	binary := a.binary
+	if binary == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("while finding the tusk binary for archive_command: %w", err)
+		}
+		binary = self
+	}
+	return &instance.WALArchiveOptions{
+		Binary:  binary,
+		Timeout: a.timeout,
+		Config: walarchive.Config{Cluster: cluster, ObjectStore: objectstore.Config{
+			Endpoint: a.endpoint, Bucket: a.bucket, Path: a.path, Region: a.region,
+			AccessKeyIDFile: a.accessKeyIDFile, SecretAccessKeyFile: a.secretKeyFile, CAFile: a.caFile,
+		}},
+	}, nil
 }
 
 func newInstanceRunCommand() *cobra.Command {
@@ -97,11 +144,17 @@ func newInstanceRunCommand() *cobra.Command {
 	fl.DurationVar(&o.Lease.FenceMargin, "lease-fence-margin", instance.DefaultLeaseFenceMargin,
 		"a primary that could not renew stops postgres this long before its Lease could expire")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for the Lease (the pod's service account when empty)")
+	f.archive.add(fl)
 	return cmd
 }
 
 func (f *instanceFlags) complete() error {
 	f.opts.Role = instanceapi.Role(f.role)
+	archive, err := f.archive.options(f.opts.ClusterName)
+	if err != nil {
+		return err
+	}
+	f.opts.WALArchive = archive
 	if f.opts.Lease.Name != "" {
 		cfg, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
 		if err != nil {

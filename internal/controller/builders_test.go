@@ -76,6 +76,19 @@ func customCluster() *tuskv1alpha1.PostgresCluster {
 	return c
 }
 
+// backupCluster archives WAL to a store with a private CA, with key names
+// of its own in the credentials Secret and no path (so: the cluster's name).
+func backupCluster() *tuskv1alpha1.PostgresCluster {
+	c := defaultCluster()
+	c.Name = "archived"
+	c.Spec.Backup = &tuskv1alpha1.BackupSpec{Target: tuskv1alpha1.BackupTargetPreferReplica, ObjectStore: tuskv1alpha1.ObjectStoreSpec{
+		Endpoint: "https://s3.example.com", Bucket: "backups", Region: "eu-west-1",
+		CredentialsSecret: tuskv1alpha1.S3CredentialsSecret{Name: "s3-creds", AccessKeyIDKey: "id", SecretAccessKeyKey: "secret"},
+		CASecret:          &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "s3-ca"}, Key: "bundle.pem"},
+	}}
+	return c
+}
+
 // golden compares v, as YAML, with testdata/<name>.golden.yaml, or rewrites
 // the file when the tests run with -update.
 func golden(t *testing.T, name string, v any) {
@@ -115,6 +128,9 @@ func TestBuildersGolden(t *testing.T) {
 			golden(t, name+"-secret", readable(credentialSecret(c, appSecretName(c), creds, []byte(fakeCAPEM))))
 		})
 	}
+	c := backupCluster()
+	golden(t, "backup-pod-primary", instancePod(c, instanceName(c.Name, 1), instanceapi.RolePrimary, testManagerImage))
+	golden(t, "backup-pod-replica", instancePod(c, instanceName(c.Name, 2), instanceapi.RoleReplica, testManagerImage))
 }
 
 // readable shows a Secret's data as text in golden files, for review.
@@ -131,7 +147,7 @@ func readable(s *corev1.Secret) *corev1.Secret {
 // TestPodPassesRestrictedPSS checks what the restricted Pod Security
 // Standard asks of every container, and a read-only root filesystem.
 func TestPodPassesRestrictedPSS(t *testing.T) {
-	for _, c := range []*tuskv1alpha1.PostgresCluster{defaultCluster(), customCluster()} {
+	for _, c := range []*tuskv1alpha1.PostgresCluster{defaultCluster(), customCluster(), backupCluster()} {
 		pod := instancePod(c, instanceName(c.Name, 1), instanceapi.RolePrimary, testManagerImage)
 		psc := pod.Spec.SecurityContext
 		if psc == nil || !ptr.Deref(psc.RunAsNonRoot, false) || psc.SeccompProfile == nil ||
@@ -174,7 +190,7 @@ func TestPodPassesRestrictedPSS(t *testing.T) {
 // told about lies under a volume mount of that container, and every mount
 // names a volume of the pod.
 func TestPodMountsWhatItsArgumentsReference(t *testing.T) {
-	for _, c := range []*tuskv1alpha1.PostgresCluster{defaultCluster(), customCluster()} {
+	for _, c := range []*tuskv1alpha1.PostgresCluster{defaultCluster(), customCluster(), backupCluster()} {
 		pod := instancePod(c, instanceName(c.Name, 1), instanceapi.RolePrimary, testManagerImage)
 		volumes := map[string]corev1.Volume{}
 		for _, v := range pod.Spec.Volumes {

@@ -108,6 +108,9 @@ func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1
 	if err := r.reconcileCredentials(ctx, c, tls.ca.CertPEM); err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.checkBackupSecrets(ctx, c); err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := r.reconcileServices(ctx, c); err != nil {
 		return ctrl.Result{}, err
 	}

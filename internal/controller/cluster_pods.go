@@ -118,7 +118,7 @@ func postgresContainer(c *tuskv1alpha1.PostgresCluster) corev1.Container {
 		},
 		Resources:       c.Spec.Resources,
 		SecurityContext: containerSecurityContext(),
-		VolumeMounts:    postgresMounts(),
+		VolumeMounts:    append(postgresMounts(), backupMounts(c)...),
 		ReadinessProbe:  httpsProbe(instanceapi.PathReadyz, 1, 3),
 		// /healthz is the instance manager's own health: a long crash
 		// recovery or WAL replay never gets the pod killed.
@@ -128,7 +128,7 @@ func postgresContainer(c *tuskv1alpha1.PostgresCluster) corev1.Container {
 
 func instanceArgs(c *tuskv1alpha1.PostgresCluster) []string {
 	init := initDB(c)
-	return []string{
+	args := []string{
 		"--name=$(POD_NAME)",
 		"--cluster=" + c.Name,
 		"--pgdata=" + pgdata,
@@ -150,6 +150,7 @@ func instanceArgs(c *tuskv1alpha1.PostgresCluster) []string {
 		"--socket-dir=" + runMount + "/socket",
 		"--run-dir=" + runMount,
 	}
+	return append(args, archiveArgs(c)...)
 }
 
 func httpsProbe(path string, period, failures int32) *corev1.Probe {
@@ -183,7 +184,7 @@ func instanceVolumes(c *tuskv1alpha1.PostgresCluster, name string) []corev1.Volu
 	emptyDir := func(n string) corev1.Volume {
 		return corev1.Volume{Name: n, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
 	}
-	return []corev1.Volume{
+	vols := []corev1.Volume{
 		{Name: "pgdata", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name}}},
 		emptyDir("tusk-bin"), emptyDir("run"), emptyDir("tmp"),
 		// PostgreSQL's dynamic shared memory (parallel queries) lives in
@@ -200,6 +201,7 @@ func instanceVolumes(c *tuskv1alpha1.PostgresCluster, name string) []corev1.Volu
 		secretVolume("server-tls", serverSecretName(c)),
 		secretVolume("replication-tls", replicationSecretName(c)),
 	}
+	return append(vols, backupVolumes(c)...)
 }
 
 func secretVolume(name, secretName string) corev1.Volume {

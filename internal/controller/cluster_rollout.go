@@ -51,22 +51,8 @@ func (r *ClusterReconciler) reconcileRollout(ctx context.Context, c *tuskv1alpha
 		return rollout{}, nil
 	}
 	ro := rollout{pending: true}
-	for _, m := range v.members {
-		if m.status != nil && m.status.Fenced {
-			// Kept for inspection: neither replaced nor restarted.
-			ro.waiting = fmt.Sprintf("%s is fenced by hand (annotation %s)", m.name, tuskv1alpha1.AnnotationFencedInstances)
-			return ro, nil
-		}
-		if !m.ready() && outdated(m, hash) && m.pod.DeletionTimestamp == nil {
-			// It serves nothing, so replacing it takes nothing down; this is
-			// how a new spec fixes a rollout that halted on a broken one.
-			return ro, r.updateInstance(ctx, c, m, hash, ic)
-		}
-		if !m.ready() {
-			ro.waiting = fmt.Sprintf("waiting for %s to become ready%s", m.name, notReadyReason(m))
-			ro.halted = m.pod != nil && waitingReason(m.pod) != ""
-			return ro, nil
-		}
+	if stop, err := r.rolloutHeldBack(ctx, c, v, hash, ic, &ro); stop || err != nil {
+		return ro, err
 	}
 	primary := v.member(c.Status.CurrentPrimary)
 	if primary != nil && !outdated(primary, hash) && lowersHotStandbySetting(primary.status) {
@@ -88,6 +74,30 @@ func (r *ClusterReconciler) reconcileRollout(ctx context.Context, c *tuskv1alpha
 		return ro, nil
 	}
 	return ro, r.startSwitchover(ctx, c, target, "the primary needs an update")
+}
+
+// rolloutHeldBack says whether an instance stops the rollout at this
+// pass, and why in ro: a fenced one, one not ready, or an outdated one that
+// serves nothing and is replaced at once.
+func (r *ClusterReconciler) rolloutHeldBack(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, hash string, ic *instanceClient, ro *rollout) (bool, error) {
+	for _, m := range v.members {
+		if m.status != nil && m.status.Fenced {
+			// Kept for inspection: neither replaced nor restarted.
+			ro.waiting = fmt.Sprintf("%s is fenced by hand (annotation %s)", m.name, tuskv1alpha1.AnnotationFencedInstances)
+			return true, nil
+		}
+		if !m.ready() && outdated(m, hash) && m.pod.DeletionTimestamp == nil {
+			// It serves nothing, so replacing it takes nothing down; this is
+			// how a new spec fixes a rollout that halted on a broken one.
+			return true, r.updateInstance(ctx, c, m, hash, ic)
+		}
+		if !m.ready() {
+			ro.waiting = fmt.Sprintf("waiting for %s to become ready%s", m.name, notReadyReason(m))
+			ro.halted = m.pod != nil && waitingReason(m.pod) != ""
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // updateInstance replaces an outdated pod (its volume stays) or restarts

@@ -18,7 +18,8 @@ const AnnotationSecretsHash = "tusk.dev/secrets-hash" //nolint:gosec // an annot
 
 // mountedSecrets are the Secrets an instance pod mounts.
 func mountedSecrets(c *tuskv1alpha1.PostgresCluster) []string {
-	return []string{superuserPasswordSecret(c), appPasswordSecret(c), serverSecretName(c), replicationSecretName(c)}
+	names := []string{superuserPasswordSecret(c), appPasswordSecret(c), serverSecretName(c), replicationSecretName(c)}
+	return append(names, backupSecrets(c)...)
 }
 
 // mountedSecretsHash hashes the content of the Secrets the pods mount.
@@ -67,5 +68,5 @@ func userSecrets(c *tuskv1alpha1.PostgresCluster) []string {
 	if c.Spec.TLS != nil && c.Spec.TLS.CASecret != nil {
 		names = append(names, c.Spec.TLS.CASecret.Name)
 	}
-	return names
+	return append(names, backupSecrets(c)...)
 }

@@ -31,6 +31,7 @@ func setStatus(c *tuskv1alpha1.PostgresCluster, v *view, p progress) {
 	st.Selector = metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: clusterLabels(c)})
 	st.Instances = instanceStatuses(c, v)
 	st.ReadyInstances = int32(v.readyCount()) //nolint:gosec // at most spec.instances (16) plus a few being removed
+	st.Archive = archiveStatus(c, v)
 	progressing := progressingCondition(c, v, p)
 	degraded := degradedCondition(c, v, p)
 	setCondition(c, progressing)
@@ -160,6 +161,10 @@ func degradedCondition(c *tuskv1alpha1.PostgresCluster, v *view, p progress) met
 		if c.Spec.PostgreSQL.Synchronous.WhenTooFewStandbys == tuskv1alpha1.StandbyShortageBlock {
 			cond.Message = fmt.Sprintf("Fewer than %d standbys are streaming: commits wait for them (whenTooFewStandbys: block)", c.Spec.PostgreSQL.Synchronous.Number)
 		}
+	case c.Spec.Backup != nil && c.Status.Archive != nil && c.Status.Archive.Failing:
+		cond.Reason = ReasonArchiveFailing
+		cond.Message = fmt.Sprintf("Archiving WAL to the object store fails (last failed: %s); PostgreSQL keeps the WAL and retries: see the primary's log for why",
+			c.Status.Archive.LastFailedWAL)
 	default:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonAllInstancesReady, "Every instance is ready"
 	}
@@ -170,9 +175,7 @@ func degradedCondition(c *tuskv1alpha1.PostgresCluster, v *view, p progress) met
 func readyCondition(c *tuskv1alpha1.PostgresCluster, progressing, degraded metav1.Condition) metav1.Condition {
 	cond := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse}
 	switch {
-	case degraded.Status == metav1.ConditionTrue && (degraded.Reason != ReasonSynchronousDegraded ||
-		c.Spec.PostgreSQL.Synchronous.WhenTooFewStandbys == tuskv1alpha1.StandbyShortageBlock):
-		// Degrade mode keeps writing, so it stays Ready; block mode does not.
+	case degraded.Status == metav1.ConditionTrue && !stillServing(c, degraded):
 		cond.Reason, cond.Message = degraded.Reason, degraded.Message
 	case progressing.Status == metav1.ConditionTrue:
 		cond.Reason, cond.Message = progressing.Reason, progressing.Message
@@ -194,6 +197,19 @@ func stillCreating(c *tuskv1alpha1.PostgresCluster) bool {
 	case tuskv1alpha1.ClusterPhaseFailed:
 		prog := meta.FindStatusCondition(c.Status.Conditions, ConditionProgressing)
 		return prog == nil || prog.Reason == ReasonCreating
+	}
+	return false
+}
+
+// stillServing says the cluster serves reads and writes as asked despite
+// the degradation: synchronous degrade mode keeps writing (block mode does
+// not), and failing archiving holds WAL in pg_wal, not writes.
+func stillServing(c *tuskv1alpha1.PostgresCluster, degraded metav1.Condition) bool {
+	switch degraded.Reason {
+	case ReasonSynchronousDegraded:
+		return c.Spec.PostgreSQL.Synchronous.WhenTooFewStandbys != tuskv1alpha1.StandbyShortageBlock
+	case ReasonArchiveFailing:
+		return true
 	}
 	return false
 }

@@ -21,6 +21,8 @@ const (
 	ReasonBackupNotImplemented    = "BackupNotImplemented"
 	ReasonBootstrapNotImplemented = "BootstrapNotImplemented"
 	ReasonSecretInvalid           = "SecretInvalid"
+	ReasonBackupSecretInvalid     = "BackupSecretInvalid"
+	ReasonArchiveFailing          = "ArchiveFailing"
 	ReasonCASecretInvalid         = "CASecretInvalid"
 	ReasonClusterReady            = "ClusterReady"
 	ReasonCreating                = "Creating"

@@ -163,6 +163,9 @@ func (m *Manager) writeConfig(st state) error {
 	if st.role == instanceapi.RoleReplica {
 		conf.PrimaryConnInfo = pgconf.PrimaryConnInfo(m.replicationConnInfo(st.upstream))
 	}
+	if err := m.configureArchiving(&conf); err != nil {
+		return err
+	}
 	var replicationAuth pgconf.ReplicationAuth
 	conf.TLS, replicationAuth = m.serverTLS()
 	rendered, err := pgconf.PostgresqlConf(conf)

@@ -77,6 +77,9 @@ type Options struct {
 	Lease LeaseOptions
 	// RestartBackoff bounds the wait before restarting a crashed postgres.
 	RestartBackoff Backoff
+	// WALArchive turns continuous WAL archiving on; nil leaves
+	// archive_mode off.
+	WALArchive *WALArchiveOptions
 }
 
 // InitDBOptions describe the database a new cluster starts with.
@@ -234,6 +237,9 @@ func (o Options) validate() error {
 		errs = append(errs, errors.New("a replica needs an upstream host"))
 	}
 	if err := o.Lease.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.WALArchive.validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if o.TLS.ReplicationDir != "" && o.TLS.Dir == "" {

@@ -49,12 +49,13 @@ var (
 	descArchived    = desc("pg_wal_archived_total", "WAL files archived successfully.")
 	descArchiveFail = desc("pg_wal_archive_failed_total", "Failed attempts to archive WAL files.")
 	descArchiveAge  = desc("pg_wal_last_archived_age_seconds", "Time since the last WAL file was archived.")
+	descArchiving   = desc("pg_wal_archive_failing", "On a primary that archives WAL: 1 while the last attempt failed (a failure newer than the last success), else 0.")
 )
 
 // Describe implements prometheus.Collector.
 func (mt *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUp, descRestarts, descRole, descTimeline, descLagBytes, descLagSeconds,
-		descReplicaLag, descConnections, descXIDAge, descDBSize, descWALBytes, descArchived, descArchiveFail, descArchiveAge} {
+		descReplicaLag, descConnections, descXIDAge, descDBSize, descWALBytes, descArchived, descArchiveFail, descArchiveAge, descArchiving} {
 		ch <- d
 	}
 }
@@ -92,6 +93,9 @@ func (mt *metrics) collectPostgres(ctx context.Context, ch chan<- prometheus.Met
 	ch <- gauge(descLagSeconds, st.ReplayLagSeconds)
 	for _, r := range st.Replicas {
 		ch <- gauge(descReplicaLag, float64(r.LagBytes), r.Name, r.SyncState)
+	}
+	if st.Archive != nil {
+		ch <- gauge(descArchiving, boolFloat(st.Archive.Failing))
 	}
 	for _, collect := range []func(context.Context, *pgx.Conn, chan<- prometheus.Metric) error{
 		collectConnections, collectDatabases, collectWAL,

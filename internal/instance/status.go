@@ -42,6 +42,12 @@ func (m *Manager) Status(ctx context.Context) instanceapi.Status {
 		status.Role = instanceapi.RoleUnknown
 		status.Ready = false
 		status.LastError = err.Error()
+		return status
+	}
+	if m.opts.WALArchive != nil && status.Role == instanceapi.RolePrimary {
+		if status.Archive, err = queryArchiveStatus(ctx, conn); err != nil {
+			status.LastError = err.Error()
+		}
 	}
 	return status
 }

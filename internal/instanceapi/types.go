@@ -129,10 +129,38 @@ type Status struct {
 	// but not Fenced: it lifts that fence itself when it holds the Lease
 	// again.
 	Fenced bool `json:"fenced,omitempty"`
+	// Archive is the health of continuous WAL archiving on a primary that
+	// archives (pg_stat_archiver); nil on a replica or without archiving.
+	Archive *ArchiveStatus `json:"archive,omitempty"`
 	// Restarts counts unexpected postgres exits the manager recovered from.
 	Restarts int `json:"restarts,omitempty"`
 	// LastError is the last thing that went wrong, for humans.
 	LastError string `json:"lastError,omitempty"`
+}
+
+// ArchiveStatus is what pg_stat_archiver says of WAL archiving since the
+// statistics were last reset (they survive restarts, not crashes).
+type ArchiveStatus struct {
+	// LastArchivedWAL is the last WAL file archived successfully.
+	LastArchivedWAL string `json:"lastArchivedWAL,omitempty"`
+	// LastArchivedTime is when it was archived.
+	LastArchivedTime *time.Time `json:"lastArchivedTime,omitempty"`
+	// LastFailedWAL is the last WAL file whose archiving failed.
+	LastFailedWAL string `json:"lastFailedWAL,omitempty"`
+	// LastFailedTime is when it failed.
+	LastFailedTime *time.Time `json:"lastFailedTime,omitempty"`
+	// ArchivedCount and FailedCount count successes and failed attempts.
+	ArchivedCount int64 `json:"archivedCount"`
+	FailedCount   int64 `json:"failedCount"`
+	// Failing says the last attempt failed: the last failure is newer
+	// than the last success (see ArchiveFailing).
+	Failing bool `json:"failing"`
+}
+
+// ArchiveFailing says whether archiving is failing now: a failure newer than
+// the last success, or failures and no success at all.
+func ArchiveFailing(lastArchived, lastFailed *time.Time) bool {
+	return lastFailed != nil && (lastArchived == nil || lastFailed.After(*lastArchived))
 }
 
 // PendingValue is a setting whose new value takes effect at the next

@@ -1,6 +1,7 @@
 package pgconf
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -41,6 +42,10 @@ type ServerConfig struct {
 	SynchronousStandbyNames string
 	// ArchiveCommand turns archive_mode on when set, off when empty.
 	ArchiveCommand string
+	// ArchiveTimeout is archive_timeout, such as "60s": the longest a
+	// finished transaction waits before its WAL segment is switched and
+	// archived. "0" (off) when empty.
+	ArchiveTimeout string
 	// RestoreCommand is restore_command, for replicas that fall back to the
 	// WAL archive and for recovery from a backup.
 	RestoreCommand string
@@ -251,6 +256,7 @@ func ownedSettings(in ServerConfig) []setting {
 		{"log_destination", "stderr"},
 		{"archive_mode", archiveMode},
 		{"archive_command", in.ArchiveCommand},
+		{"archive_timeout", cmp.Or(in.ArchiveTimeout, "0")},
 		// archive_command is how Tusk archives; on 16 and later setting
 		// both is an error, on 15 the library would silently win.
 		{"archive_library", ""},

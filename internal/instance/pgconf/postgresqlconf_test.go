@@ -60,6 +60,7 @@ func TestPostgresqlConfGolden(t *testing.T) {
 	archive := func(major int) ServerConfig {
 		in := base(major)
 		in.ArchiveCommand = "/controller/tusk instance wal-archive %p"
+		in.ArchiveTimeout = "60s"
 		in.UserParameters = map[string]string{"vacuum_defer_cleanup_age": "0", "wal_keep_size": "1GB"}
 		return in
 	}

@@ -12,7 +12,7 @@ import "slices"
 var reservedParameters = []string{
 	"listen_addresses", "port", "unix_socket_directories",
 	"data_directory", "config_file", "hba_file", "ident_file", "external_pid_file",
-	"archive_mode", "archive_command", "archive_library",
+	"archive_mode", "archive_command", "archive_library", "archive_timeout",
 	"restore_command", "archive_cleanup_command", "recovery_end_command",
 	"primary_conninfo", "primary_slot_name", "promote_trigger_file",
 	"recovery_target", "recovery_target_lsn", "recovery_target_name",

@@ -1,0 +1,183 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/instanceapi"
+)
+
+// Where an instance pod mounts the object store's Secrets, and the file
+// names of the keys there (the Secret's own key names may differ).
+const (
+	backupCredentialsMount = "/etc/tusk/secrets/backup" //nolint:gosec // a mount path, not a credential
+	backupCAMount          = "/etc/tusk/tls/backup-ca"
+	fileAccessKeyID        = "ACCESS_KEY_ID"
+	fileSecretAccessKey    = "SECRET_ACCESS_KEY"
+	fileBackupCA           = "ca.crt"
+)
+
+// Default key names of the credentials Secret (the CRD's defaults too).
+const (
+	defaultAccessKeyIDKey     = "ACCESS_KEY_ID"
+	defaultSecretAccessKeyKey = "SECRET_ACCESS_KEY"
+)
+
+// credentialKeys are the keys of the credentials Secret, defaulted.
+func credentialKeys(s tuskv1alpha1.S3CredentialsSecret) (id, secret string) {
+	id, secret = s.AccessKeyIDKey, s.SecretAccessKeyKey
+	if id == "" {
+		id = defaultAccessKeyIDKey
+	}
+	if secret == "" {
+		secret = defaultSecretAccessKeyKey
+	}
+	return id, secret
+}
+
+// archivePath is the cluster's location in the bucket: the cluster's name
+// unless spec.backup.objectStore.path says otherwise.
+func archivePath(c *tuskv1alpha1.PostgresCluster) string {
+	if p := c.Spec.Backup.ObjectStore.Path; p != "" {
+		return p
+	}
+	return c.Name
+}
+
+// archiveArgs tell the instance manager where to archive WAL; none
+// without spec.backup, so such clusters' pods keep their hash.
+func archiveArgs(c *tuskv1alpha1.PostgresCluster) []string {
+	if c.Spec.Backup == nil {
+		return nil
+	}
+	store := c.Spec.Backup.ObjectStore
+	args := []string{
+		"--wal-archive-endpoint=" + store.Endpoint,
+		"--wal-archive-bucket=" + store.Bucket,
+		"--wal-archive-path=" + archivePath(c),
+		"--wal-archive-access-key-id-file=" + backupCredentialsMount + "/" + fileAccessKeyID,
+		"--wal-archive-secret-access-key-file=" + backupCredentialsMount + "/" + fileSecretAccessKey,
+		"--wal-archive-binary=" + binMount + "/tusk",
+	}
+	if store.Region != "" {
+		args = append(args, "--wal-archive-region="+store.Region)
+	}
+	if store.CASecret != nil {
+		args = append(args, "--wal-archive-ca-file="+backupCAMount+"/"+fileBackupCA)
+	}
+	return args
+}
+
+// backupVolumes mount only the keys the instance manager needs, read-only.
+func backupVolumes(c *tuskv1alpha1.PostgresCluster) []corev1.Volume {
+	if c.Spec.Backup == nil {
+		return nil
+	}
+	store := c.Spec.Backup.ObjectStore
+	id, secret := credentialKeys(store.CredentialsSecret)
+	vols := []corev1.Volume{secretItemsVolume("backup-credentials", store.CredentialsSecret.Name,
+		corev1.KeyToPath{Key: id, Path: fileAccessKeyID}, corev1.KeyToPath{Key: secret, Path: fileSecretAccessKey})}
+	if store.CASecret != nil {
+		vols = append(vols, secretItemsVolume("backup-ca", store.CASecret.Name, corev1.KeyToPath{Key: store.CASecret.Key, Path: fileBackupCA}))
+	}
+	return vols
+}
+
+func backupMounts(c *tuskv1alpha1.PostgresCluster) []corev1.VolumeMount {
+	if c.Spec.Backup == nil {
+		return nil
+	}
+	mounts := []corev1.VolumeMount{{Name: "backup-credentials", MountPath: backupCredentialsMount, ReadOnly: true}}
+	if c.Spec.Backup.ObjectStore.CASecret != nil {
+		mounts = append(mounts, corev1.VolumeMount{Name: "backup-ca", MountPath: backupCAMount, ReadOnly: true})
+	}
+	return mounts
+}
+
+func secretItemsVolume(name, secretName string, items ...corev1.KeyToPath) corev1.Volume {
+	v := secretVolume(name, secretName)
+	v.Secret.Items = items
+	return v
+}
+
+// backupSecrets are the user's Secrets the pods mount for backups.
+func backupSecrets(c *tuskv1alpha1.PostgresCluster) []string {
+	if c.Spec.Backup == nil {
+		return nil
+	}
+	names := []string{c.Spec.Backup.ObjectStore.CredentialsSecret.Name}
+	if ca := c.Spec.Backup.ObjectStore.CASecret; ca != nil {
+		names = append(names, ca.Name)
+	}
+	return names
+}
+
+// checkBackupSecrets refuses a spec.backup whose Secrets or keys are
+// missing: a pod mounting them would never start (the kubelet cannot
+// mount a missing key), and the user must fix it.
+func (r *ClusterReconciler) checkBackupSecrets(ctx context.Context, c *tuskv1alpha1.PostgresCluster) error {
+	if c.Spec.Backup == nil {
+		return nil
+	}
+	store := c.Spec.Backup.ObjectStore
+	id, secret := credentialKeys(store.CredentialsSecret)
+	if err := r.requireSecretKeys(ctx, c, "spec.backup.objectStore.credentialsSecret", store.CredentialsSecret.Name, id, secret); err != nil {
+		return err
+	}
+	if ca := store.CASecret; ca != nil {
+		return r.requireSecretKeys(ctx, c, "spec.backup.objectStore.caSecret", ca.Name, ca.Key)
+	}
+	return nil
+}
+
+// requireSecretKeys checks that the Secret exists with non-empty keys.
+func (r *ClusterReconciler) requireSecretKeys(ctx context.Context, c *tuskv1alpha1.PostgresCluster, field, name string, keys ...string) error {
+	data, err := r.existingSecretData(ctx, c.Namespace, name)
+	if err != nil {
+		return fmt.Errorf("while reading the Secret %s: %w", name, err)
+	}
+	if data == nil {
+		return userError(ReasonBackupSecretInvalid, "the Secret %s named by %s does not exist", name, field)
+	}
+	for _, k := range keys {
+		if len(data[k]) == 0 {
+			return userError(ReasonBackupSecretInvalid, "the Secret %s named by %s has no (or an empty) %q key", name, field, k)
+		}
+	}
+	return nil
+}
+
+// archiveStatus is the primary's report of WAL archiving; the last one
+// known while the primary does not answer; nil without spec.backup.
+func archiveStatus(c *tuskv1alpha1.PostgresCluster, v *view) *tuskv1alpha1.ArchiveStatus {
+	if c.Spec.Backup == nil {
+		return nil
+	}
+	primary := v.member(c.Status.CurrentPrimary)
+	if primary == nil || primary.status == nil || primary.status.Role != instanceapi.RolePrimary || primary.status.Archive == nil {
+		return c.Status.Archive
+	}
+	a := primary.status.Archive
+	return &tuskv1alpha1.ArchiveStatus{
+		LastArchivedWAL:  a.LastArchivedWAL,
+		LastArchivedTime: statusTime(a.LastArchivedTime),
+		LastFailedWAL:    a.LastFailedWAL,
+		LastFailedTime:   statusTime(a.LastFailedTime),
+		Failing:          a.Failing,
+	}
+}
+
+// statusTime is t as status stores it (whole seconds), so an unchanged
+// report compares equal to what was written and costs no write.
+func statusTime(t *time.Time) *metav1.Time {
+	if t == nil {
+		return nil
+	}
+	return ptr.To(metav1.NewTime(t.UTC().Truncate(time.Second)))
+}
