@@ -5,6 +5,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -56,19 +58,30 @@ func TestFailoverWhenThePrimaryPodIsDeleted(t *testing.T) {
 	// The old primary comes back on its volume, as a replica.
 	waitHealthy(t, ns, name, 3, clusterChangeTimeout)
 	t.Logf("cluster Healthy again, %s back as a replica, %.1fs after the deletion", oldPrimary, time.Since(start).Seconds())
+	// Row 101 was written on the new primary: reaching every instance
+	// proves they all follow it.
 	waitRowsEverywhere(t, ns, name, 101)
-	pgc := mustGetCluster(t, ns, name)
-	if pgc.Status.CurrentPrimary != newPrimary {
-		t.Fatalf("the primary moved again, to %s", pgc.Status.CurrentPrimary)
-	}
-	for _, in := range pgc.Status.Instances {
-		if in.Name == oldPrimary && in.Role != tuskv1alpha1.RoleReplica {
-			t.Errorf("the former primary %s came back as %s", oldPrimary, in.Role)
+	// Status tells the story too, once a pass has seen them receive on the
+	// new timeline (a status written as the cluster became Healthy may
+	// predate that: the cluster is then polled every 30 s).
+	eventuallyEvery(t, 2*time.Minute, time.Second, "every instance reported past timeline "+strconv.Itoa(int(oldTimeline)), func(ctx context.Context) (bool, error) {
+		pgc, err := getCluster(ctx, ns, name)
+		if err != nil {
+			return false, err
 		}
-		if in.Timeline <= oldTimeline {
-			t.Errorf("%s is on timeline %d, want past the old primary's %d", in.Name, in.Timeline, oldTimeline)
+		if pgc.Status.CurrentPrimary != newPrimary {
+			return false, fmt.Errorf("the primary moved again, to %s", pgc.Status.CurrentPrimary)
 		}
-	}
+		for _, in := range pgc.Status.Instances {
+			if in.Name == oldPrimary && in.Role != tuskv1alpha1.RoleReplica {
+				return false, fmt.Errorf("the former primary %s reports %s", oldPrimary, in.Role)
+			}
+			if in.Timeline <= oldTimeline {
+				return false, fmt.Errorf("%s reports timeline %d", in.Name, in.Timeline)
+			}
+		}
+		return true, nil
+	})
 }
 
 func primaryTimeline(pgc *tuskv1alpha1.PostgresCluster) int32 {
