@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -174,17 +175,6 @@ func TestMissingObjectIsNotFound(t *testing.T) {
 	}
 }
 
-// closedPort is a loopback port nothing listens on.
-func closedPort(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
-
 // TestBadInput checks that each mistake a user can make is told apart, by
 // every operation, with a message naming it.
 func TestBadInput(t *testing.T) {
@@ -198,7 +188,7 @@ func TestBadInput(t *testing.T) {
 		{"wrong secret", func(c *objectstore.Config) { c.SecretAccessKey = "not-the-secret" }, objectstore.KindCredentials, "wrong credentials"},
 		{"unknown access key", func(c *objectstore.Config) { c.AccessKeyID = "nobody" }, objectstore.KindCredentials, "wrong credentials"},
 		{"missing bucket", func(c *objectstore.Config) { c.Bucket = "no-such-bucket" }, objectstore.KindNoSuchBucket, "bucket does not exist"},
-		{"unreachable endpoint", func(c *objectstore.Config) { c.Endpoint = "http://" + closedPort(t) }, objectstore.KindUnreachable, "unreachable"},
+		{"unreachable endpoint", func(c *objectstore.Config) { c.Endpoint = fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t)) }, objectstore.KindUnreachable, "unreachable"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"slices"
@@ -77,4 +78,27 @@ func FreePort(t testing.TB) int {
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// BuildTuskForPostgres builds the tusk binary into a new directory that
+// PostgreSQL's OS user can read and run (archive_command, restore_command
+// and the instance manager run it as that user). remove deletes it.
+func BuildTuskForPostgres() (binary string, remove func(), err error) {
+	dir, err := os.MkdirTemp("", "tusk-bin-")
+	if err != nil {
+		return "", nil, err
+	}
+	remove = func() { _ = os.RemoveAll(dir) }
+	if err := os.Chmod(dir, 0o755); err != nil { //nolint:gosec // PostgreSQL's user must run the binary
+		remove()
+		return "", nil, err
+	}
+	binary = filepath.Join(dir, "tusk")
+	build := exec.Command("go", "build", "-o", binary, "./cmd/tusk")
+	build.Dir = RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		remove()
+		return "", nil, fmt.Errorf("building tusk: %w\n%s", err, out)
+	}
+	return binary, remove, nil
 }

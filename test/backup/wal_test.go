@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -169,7 +168,7 @@ func TestRestoreExitCodes(t *testing.T) {
 			c.SecretAccessKeyFile = writeFile(t, filepath.Join(dir, "wrong-secret"), "wrong")
 		}), corrupt, 255, "wrong credentials"},
 		{"missing bucket", badConfig("bucket", func(c *objectstore.Config) { c.Bucket = "no-such-bucket" }), corrupt, 255, "bucket does not exist"},
-		{"unreachable endpoint", badConfig("endpoint", func(c *objectstore.Config) { c.Endpoint = "http://" + closedPort(t) }), corrupt, 255, "unreachable"},
+		{"unreachable endpoint", badConfig("endpoint", func(c *objectstore.Config) { c.Endpoint = fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t)) }), corrupt, 255, "unreachable"},
 		{"no configuration", filepath.Join(dir, "none.json"), corrupt, 255, "while reading the WAL archive configuration"},
 	}
 	for _, tc := range cases {
@@ -213,17 +212,6 @@ func replaceContent(t *testing.T, s3 *testenv.S3, key string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
 }
 
 // TestArchiveAndRecoverWithPostgreSQL runs the commands as PostgreSQL does:

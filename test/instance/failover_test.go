@@ -165,15 +165,7 @@ func receivedPast(st instanceapi.Status, want postgres.LSN) error {
 // demoted, it rewinds and follows the new primary on its timeline.
 func TestDemoteFencedPrimary(t *testing.T) {
 	lease := newTestLease(t, "fenced-demote")
-	proxy := newTCPProxy(t, lease.addr(t))
-	old := startNode(t, "fd-1", nodeOptions{role: instanceapi.RolePrimary, extraArgs: lease.args(t, proxy.addr)})
-	old.waitReady(instanceapi.RolePrimary)
-	lease.waitHolder(t, "fd-1")
-	old.exec("CREATE TABLE t (id int PRIMARY KEY)")
-	old.exec("INSERT INTO t VALUES (1), (2)")
-	next := startNode(t, "fd-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: old.port, extraArgs: lease.args(t, lease.addr(t))})
-	next.waitReady(instanceapi.RoleReplica)
-	next.waitIDs(1, 2)
+	old, next, proxy := leasedPair(t, lease, "fd", 1, 2)
 
 	proxy.cut()
 	old.waitFor("fenced", isFenced)

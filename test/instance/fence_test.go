@@ -22,15 +22,7 @@ import (
 // /v1/unfence; a fenced primary keeps its Lease.
 func TestFenceByHand(t *testing.T) {
 	lease := newTestLease(t, "hand-fence")
-	proxy := newTCPProxy(t, lease.addr(t))
-	primary := startNode(t, "hf-1", nodeOptions{role: instanceapi.RolePrimary, extraArgs: lease.args(t, proxy.addr)})
-	primary.waitReady(instanceapi.RolePrimary)
-	lease.waitHolder(t, "hf-1")
-	primary.exec("CREATE TABLE t (id int PRIMARY KEY)")
-	primary.exec("INSERT INTO t VALUES (1)")
-	replica := startNode(t, "hf-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port, extraArgs: lease.args(t, lease.addr(t))})
-	replica.waitReady(instanceapi.RoleReplica)
-	replica.waitIDs(1)
+	primary, replica, proxy := leasedPair(t, lease, "hf", 1)
 
 	t.Run("a fenced primary stops and keeps renewing its Lease", func(t *testing.T) {
 		session, err := primary.tryConnect(t.Context(), "app", appPassword, "app")

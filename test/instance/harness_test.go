@@ -54,23 +54,13 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "SKIP: instance manager tests need PostgreSQL:", err)
 		return 0
 	}
-	dir, err := os.MkdirTemp("", "tusk-instance-bin-")
+	binary, remove, err := testenv.BuildTuskForPostgres()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	if err := os.Chmod(dir, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	tuskBinary = filepath.Join(dir, "tusk")
-	build := exec.Command("go", "build", "-o", tuskBinary, "./cmd/tusk")
-	build.Dir = testenv.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building tusk: %v\n%s", err, out)
-		return 1
-	}
+	defer remove()
+	tuskBinary = binary
 	if pgUser, err = testenv.PostgresCredential(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

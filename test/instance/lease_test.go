@@ -5,6 +5,7 @@ package instance
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -338,4 +339,23 @@ func (p *tcpProxy) restore() {
 		p.t.Fatalf("listening again on %s: %v", p.addr, err)
 	}
 	p.serve(ln)
+}
+
+// leasedPair starts a primary that holds lease through a proxy (cut it to
+// take the primary off the API server) with table t holding ids, and a
+// replica of it, caught up, that reads the Lease directly.
+func leasedPair(t *testing.T, lease *testLease, prefix string, ids ...int) (primary, replica *node, proxy *tcpProxy) {
+	t.Helper()
+	proxy = newTCPProxy(t, lease.addr(t))
+	primary = startNode(t, prefix+"-1", nodeOptions{role: instanceapi.RolePrimary, extraArgs: lease.args(t, proxy.addr)})
+	primary.waitReady(instanceapi.RolePrimary)
+	lease.waitHolder(t, prefix+"-1")
+	primary.exec("CREATE TABLE t (id int PRIMARY KEY)")
+	for _, id := range ids {
+		primary.exec(fmt.Sprintf("INSERT INTO t VALUES (%d)", id))
+	}
+	replica = startNode(t, prefix+"-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port, extraArgs: lease.args(t, lease.addr(t))})
+	replica.waitReady(instanceapi.RoleReplica)
+	replica.waitIDs(ids...)
+	return primary, replica, proxy
 }
