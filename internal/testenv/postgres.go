@@ -94,7 +94,7 @@ func BuildTuskForPostgres() (binary string, remove func(), err error) {
 		return "", nil, err
 	}
 	binary = filepath.Join(dir, "tusk")
-	build := exec.Command("go", "build", "-o", binary, "./cmd/tusk")
+	build := exec.Command("go", "build", "-o", binary, "./cmd/tusk") //nolint:gosec // the repository's own command
 	build.Dir = RepoRoot()
 	if out, err := build.CombinedOutput(); err != nil {
 		remove()
