@@ -79,6 +79,13 @@ type PostgresBackupStatus struct {
 	// +optional
 	Location string `json:"location,omitempty"`
 
+	// ObjectStore is the cluster's object store as it was when the backup
+	// was taken: where the backup and the WAL it needs live, and the Secrets
+	// that reach them. A recovery from this backup reads it, so it works
+	// after the source cluster is changed or deleted.
+	// +optional
+	ObjectStore *ObjectStoreSpec `json:"objectStore,omitempty"`
+
 	// Error says why the backup failed.
 	// +optional
 	Error string `json:"error,omitempty"`
