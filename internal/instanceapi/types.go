@@ -134,6 +134,10 @@ type Status struct {
 	Archive *ArchiveStatus `json:"archive,omitempty"`
 	// Restarts counts unexpected postgres exits the manager recovered from.
 	Restarts int `json:"restarts,omitempty"`
+	// CrashStreak counts the unexpected exits in a row, each within 30 s of
+	// the start before it: a crash loop, as opposed to separate faults. It
+	// is 0 once postgres has run for 30 s.
+	CrashStreak int `json:"crashStreak,omitempty"`
 	// LastError is the last thing that went wrong, for humans.
 	LastError string `json:"lastError,omitempty"`
 }
