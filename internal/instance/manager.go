@@ -164,15 +164,17 @@ type Manager struct {
 	mu       sync.Mutex // guards what the HTTP handlers read
 	state    state
 	postgres *supervisor.Postmaster
+	// health is the primary's health query session (checkAnswers).
+	health healthSession
 }
 
 // state is what the manager knows about itself, for /status.
 type state struct {
-	phase     instanceapi.Phase
-	role      instanceapi.Role // the role asked for
-	upstream  instanceapi.Upstream
-	config    instanceapi.Config
-	restarts  int
+	phase    instanceapi.Phase
+	role     instanceapi.Role // the role asked for
+	upstream instanceapi.Upstream
+	config   instanceapi.Config
+	restarts int
 	// crashStreak counts the unexpected exits in a row, each within
 	// stableRun of the start before it (see nextCrashStreak).
 	crashStreak int
