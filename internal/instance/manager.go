@@ -80,6 +80,10 @@ type Options struct {
 	// WALArchive turns continuous WAL archiving on; nil leaves
 	// archive_mode off.
 	WALArchive *WALArchiveOptions
+	// Recovery makes a new primary restore a backup of another location
+	// instead of running initdb; nil for initdb. Replicas and existing
+	// data directories ignore it.
+	Recovery *RecoveryOptions
 }
 
 // InitDBOptions describe the database a new cluster starts with.
@@ -173,6 +177,9 @@ type state struct {
 	// new primary was not reachable yet, say): postgres stays stopped and
 	// the run loop tries again until the data directory follows it.
 	pendingRejoin *instanceapi.Upstream
+	// recovery is the progress of a recovery bootstrap (replaced, never
+	// changed in place); nil otherwise.
+	recovery *instanceapi.RecoveryStatus
 }
 
 // operation is work that must not overlap with supervision: role changes,
@@ -242,6 +249,9 @@ func (o Options) validate() error {
 	if err := o.WALArchive.validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := o.Recovery.validate(o.WALArchive); err != nil {
+		errs = append(errs, err)
+	}
 	if o.TLS.ReplicationDir != "" && o.TLS.Dir == "" {
 		errs = append(errs, errors.New("replication with a client certificate needs the server certificate (--tls-dir) too"))
 	}
@@ -292,7 +302,7 @@ func (m *Manager) prepare(ctx context.Context) error {
 // with the role asked for.
 func (m *Manager) prepareDataDir(ctx context.Context) error {
 	m.setPhase(instanceapi.PhaseBootstrapping)
-	fresh, err := m.bootstrap(ctx)
+	fresh, err := m.bootstrapWithRetries(ctx)
 	if err != nil {
 		return err
 	}

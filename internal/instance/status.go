@@ -22,6 +22,7 @@ func (m *Manager) Status(ctx context.Context) instanceapi.Status {
 		Restarts:     st.restarts,
 		LastError:    st.lastError,
 		DataDirBytes: m.dataDirSize(),
+		Recovery:     st.recovery,
 	}
 	if !st.lastPasswordRotation.IsZero() {
 		at := st.lastPasswordRotation.UTC()
