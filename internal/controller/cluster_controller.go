@@ -55,6 +55,7 @@ type ClusterReconciler struct {
 // +kubebuilder:rbac:groups=tusk.dev,resources=postgresclusters,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=tusk.dev,resources=postgresclusters/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=tusk.dev,resources=postgresclusters/finalizers,verbs=update
+// +kubebuilder:rbac:groups=tusk.dev,resources=postgresbackups,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch;delete;deletecollection
 // +kubebuilder:rbac:groups="",resources=services;configmaps;secrets,verbs=get;list;watch;create;update;delete
@@ -98,8 +99,9 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 
 // reconcilePhases runs the ordered phases and records progress in status.
 func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (ctrl.Result, error) {
-	if c.Spec.Bootstrap != nil && c.Spec.Bootstrap.InitDB == nil {
-		return ctrl.Result{}, userError(ReasonBootstrapNotImplemented, "this Tusk build bootstraps clusters with initdb only; recovery and clone are not implemented yet")
+	if c.Spec.Bootstrap != nil && c.Spec.Bootstrap.Clone != nil {
+		return ctrl.Result{}, userError(ReasonBootstrapNotImplemented, "bootstrap.clone is not supported yet by this Tusk build: "+
+			"bootstrap with initdb, or recover from a backup of the cluster with bootstrap.recovery")
 	}
 	tls, err := r.reconcileTLS(ctx, c)
 	if err != nil {
@@ -110,6 +112,16 @@ func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1
 	}
 	if err := r.checkBackupSecrets(ctx, c); err != nil {
 		return ctrl.Result{}, err
+	}
+	recovery, wait, err := r.reconcileRecoverySource(ctx, c)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if wait != "" {
+		// No pod until the backup is there: the PostgresBackup watch
+		// wakes the cluster; the requeue is a safety net.
+		setWaitingForRecoverySource(c, wait)
+		return ctrl.Result{RequeueAfter: pollSpecErr}, nil
 	}
 	if err := r.reconcileServices(ctx, c); err != nil {
 		return ctrl.Result{}, err
@@ -128,6 +140,7 @@ func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	v.recovery = recovery
 	p, err := r.reconcileMembers(ctx, c, v, ic)
 	setStatus(c, v, p)
 	if err != nil {
@@ -274,6 +287,7 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tuskv1alpha1.PostgresCluster{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.clustersReading)).
+		Watches(&tuskv1alpha1.PostgresBackup{}, handler.EnqueueRequestsFromMapFunc(r.clustersRecoveringFrom)).
 		Owns(&corev1.Pod{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.Secret{}).
