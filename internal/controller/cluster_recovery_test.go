@@ -25,9 +25,9 @@ func recoveryCluster(spec tuskv1alpha1.RecoverySpec) *tuskv1alpha1.PostgresClust
 	return c
 }
 
-func completedBackup(name string, store *tuskv1alpha1.ObjectStoreSpec) *tuskv1alpha1.PostgresBackup {
+func completedBackup(store *tuskv1alpha1.ObjectStoreSpec) *tuskv1alpha1.PostgresBackup {
 	return &tuskv1alpha1.PostgresBackup{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: "nightly"},
 		Spec:       tuskv1alpha1.PostgresBackupSpec{Cluster: corev1.LocalObjectReference{Name: "orders"}},
 		Status:     tuskv1alpha1.PostgresBackupStatus{Phase: tuskv1alpha1.BackupPhaseCompleted, ObjectStore: store},
 	}
@@ -40,7 +40,7 @@ func TestResolveRecovery(t *testing.T) {
 		return func(c *tuskv1alpha1.PostgresCluster) { c.Spec.Backup = &tuskv1alpha1.BackupSpec{ObjectStore: store} }
 	}
 	phase := func(p tuskv1alpha1.BackupPhase) *tuskv1alpha1.PostgresBackup {
-		b := completedBackup("nightly", ptrTo(sourceStore("")))
+		b := completedBackup(ptrTo(sourceStore("")))
 		b.Status.Phase, b.Status.Error = p, "pg_basebackup failed"
 		return b
 	}
@@ -54,14 +54,14 @@ func TestResolveRecovery(t *testing.T) {
 		want string
 	}{
 		{"a completed backup: its location, path defaulting to its cluster's name", byBackup, nil,
-			completedBackup("nightly", ptrTo(sourceStore(""))), "orders, nightly"},
-		{"a completed backup with a path", byBackup, nil, completedBackup("nightly", ptrTo(sourceStore("prod/orders"))), "prod/orders, nightly"},
+			completedBackup(ptrTo(sourceStore(""))), "orders, nightly"},
+		{"a completed backup with a path", byBackup, nil, completedBackup(ptrTo(sourceStore("prod/orders"))), "prod/orders, nightly"},
 		{"a missing backup", byBackup, nil, nil, "wait: Waiting for the PostgresBackup nightly named by spec.bootstrap.recovery.backup: it does not exist"},
 		{"a running backup", byBackup, nil, phase(tuskv1alpha1.BackupPhaseRunning), `wait: Waiting for the PostgresBackup nightly named by spec.bootstrap.recovery.backup to complete (phase "Running")`},
 		{"a new backup", byBackup, nil, phase(""), `wait: Waiting for the PostgresBackup nightly named by spec.bootstrap.recovery.backup to complete (phase "")`},
 		{"a failed backup", byBackup, nil, phase(tuskv1alpha1.BackupPhaseFailed),
 			"error RecoverySourceInvalid: the PostgresBackup nightly named by spec.bootstrap.recovery.backup failed (pg_basebackup failed): recover from another backup"},
-		{"a backup without a location", byBackup, nil, completedBackup("nightly", nil), "error RecoverySourceInvalid: the PostgresBackup nightly named by spec.bootstrap.recovery.backup records no object store"},
+		{"a backup without a location", byBackup, nil, completedBackup(nil), "error RecoverySourceInvalid: the PostgresBackup nightly named by spec.bootstrap.recovery.backup records no object store"},
 		{"a source location: the latest backup", bySource, nil, nil, "prod/orders, latest"},
 		{"a source without a path", tuskv1alpha1.RecoverySpec{Source: ptrTo(sourceStore(""))}, nil, nil,
 			"error RecoverySourceInvalid: spec.bootstrap.recovery.source.path is required"},
@@ -70,7 +70,7 @@ func TestResolveRecovery(t *testing.T) {
 		{"archiving into the backup's location by default paths", byBackup, func(c *tuskv1alpha1.PostgresCluster) {
 			c.Name = "orders"
 			withBackup(sourceStore(""))(c)
-		}, completedBackup("nightly", ptrTo(sourceStore(""))), "error RecoverySourceInvalid: refusing to recover from https://s3.example.com/backups/orders"},
+		}, completedBackup(ptrTo(sourceStore(""))), "error RecoverySourceInvalid: refusing to recover from https://s3.example.com/backups/orders"},
 		{"archiving elsewhere in the same bucket", bySource, withBackup(sourceStore("")), nil, "prod/orders, latest"},
 		{"archiving to another endpoint", bySource, withBackup(func() tuskv1alpha1.ObjectStoreSpec {
 			s := sourceStore("prod/orders")

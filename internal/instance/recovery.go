@@ -23,7 +23,7 @@ import (
 	"tusk.dev/tusk/internal/walarchive"
 )
 
-// LatestBackup, as RecoveryOptions.Backup, restores the newest complete
+// LatestBackup is the RecoveryOptions.Backup that restores the newest complete
 // backup of the source location that ended before the target (the newest
 // of all without a target).
 const LatestBackup = "latest"
@@ -234,7 +234,8 @@ func (m *Manager) replayArchive(ctx context.Context, dir string) error {
 			_ = pm.Stop(supervisor.Fast, m.opts.Timeouts)
 			return ctx.Err()
 		case <-pm.Done():
-			return fmt.Errorf("postgres stopped before recovery ended (%v): %s", pm.ExitErr(), pm.LastError())
+			return fmt.Errorf("postgres stopped before recovery ended (%w): %s",
+				cmpErr(pm.ExitErr(), errors.New("exit status 0")), pm.LastError())
 		case <-tick.C:
 		}
 		content, err := os.ReadFile(filepath.Join(dir, "postmaster.pid")) //nolint:gosec // in the directory being built
@@ -244,6 +245,14 @@ func (m *Manager) replayArchive(ctx context.Context, dir string) error {
 		m.log.Info("Recovery ended: postgres promoted itself", "duration", time.Since(started).String())
 		return pm.Stop(supervisor.Fast, m.opts.Timeouts)
 	}
+}
+
+// cmpErr is err, or otherwise when err is nil.
+func cmpErr(err, otherwise error) error {
+	if err != nil {
+		return err
+	}
+	return otherwise
 }
 
 // postmasterStatus is the status line of postmaster.pid (its 8th line):
@@ -339,7 +348,7 @@ func (m *Manager) resetSuperuserPassword(ctx context.Context, dir string) error 
 	err = m.reaper.Wait(cmd)
 	// A failed statement does not change the exit code in single-user mode.
 	if err != nil || strings.Contains(out.String(), "ERROR:") || strings.Contains(out.String(), "FATAL:") {
-		return fmt.Errorf("while setting the superuser's password in single-user mode (%v): %s", err, lastLines(out.String(), 3))
+		return fmt.Errorf("while setting the superuser's password in single-user mode (%w): %s", err, lastLines(out.String(), 3))
 	}
 	return nil
 }
