@@ -44,6 +44,7 @@ type instanceFlags struct {
 	configFile string
 	archive    archiveFlags
 	recovery   recoveryFlags
+	clone      instance.CloneOptions
 }
 
 // recoveryFlags make a new primary recover from a backup when a source
@@ -194,6 +195,9 @@ func newInstanceRunCommand() *cobra.Command {
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for the Lease (the pod's service account when empty)")
 	f.archive.add(fl)
 	f.recovery.add(fl)
+	fl.StringVar(&f.clone.Source.Host, "clone-host", "", "primary of another cluster a new primary copies (pg_basebackup over TLS) instead of running initdb; no cloning when empty")
+	fl.IntVar(&f.clone.Source.Port, "clone-port", 5432, "port of the clone source")
+	fl.StringVar(&f.clone.TLSDir, "clone-tls-dir", "", "directory with the clone source's replication client certificate (tls.crt, tls.key) and its CA (ca.crt)")
 	return cmd
 }
 
@@ -206,6 +210,9 @@ func (f *instanceFlags) complete() error {
 	f.opts.WALArchive = archive
 	if f.opts.Recovery, err = f.recovery.options(f.opts.ClusterName, f.archive.binary); err != nil {
 		return err
+	}
+	if f.clone.Source.Host != "" {
+		f.opts.Clone = &f.clone
 	}
 	if f.opts.Lease.Name != "" {
 		cfg, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)

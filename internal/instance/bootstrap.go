@@ -49,6 +49,10 @@ func (m *Manager) bootstrap(ctx context.Context) (bool, error) {
 			// starts over, and the data directory stays empty.
 			_ = os.RemoveAll(building)
 		}
+	case m.opts.Role == instanceapi.RolePrimary && m.opts.Clone != nil:
+		if err = m.clonePrimary(ctx, building); err != nil {
+			_ = os.RemoveAll(building)
+		}
 	case m.opts.Role == instanceapi.RolePrimary:
 		err = m.initPrimary(ctx, building)
 	default:

@@ -84,6 +84,10 @@ type Options struct {
 	// instead of running initdb; nil for initdb. Replicas and existing
 	// data directories ignore it.
 	Recovery *RecoveryOptions
+	// Clone makes a new primary copy another cluster instead of running
+	// initdb; nil otherwise. Replicas and existing data directories
+	// ignore it.
+	Clone *CloneOptions
 }
 
 // InitDBOptions describe the database a new cluster starts with.
@@ -136,6 +140,9 @@ type Manager struct {
 	// alone syncs them. https is the HTTP API's current TLS configuration.
 	serverCerts      *certFiles
 	replicationCerts *certFiles
+	// cloneCerts is the clone source's replication client certificate;
+	// nil unless cloning.
+	cloneCerts *certFiles
 	https            atomic.Pointer[tls.Config]
 
 	secretsMu sync.Mutex // guards secrets, which HTTP handlers use to connect
@@ -219,6 +226,7 @@ func New(opts Options, log logr.Logger) (*Manager, error) {
 	if opts.TLS.ReplicationDir != "" {
 		m.replicationCerts = &certFiles{what: "replication client certificate", src: opts.TLS.ReplicationDir, dst: filepath.Join(opts.RunDir, "replication-tls")}
 	}
+	m.cloneCerts = cloneCertsFor(opts)
 	if opts.Lease.enabled() {
 		m.lease = newLeaseKeeper(opts.Lease, opts.Name, log.WithName("lease"))
 	}
@@ -250,6 +258,9 @@ func (o Options) validate() error {
 		errs = append(errs, err)
 	}
 	if err := o.Recovery.validate(o.WALArchive); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.Clone.validate(o.Recovery); err != nil {
 		errs = append(errs, err)
 	}
 	if o.TLS.ReplicationDir != "" && o.TLS.Dir == "" {

@@ -131,13 +131,20 @@ func (m *Manager) recoverPrimary(ctx context.Context, dir string) error {
 		return err
 	}
 	m.setRecoveryStep(name, "replaying the WAL archive up to the target")
+	return m.finishRecovery(ctx, dir, rec.Timeline)
+}
+
+// finishRecovery runs the recovery set up in dir until postgres promotes
+// itself, checks it came out on a timeline after fromTimeline, and gives
+// the roles this cluster's passwords.
+func (m *Manager) finishRecovery(ctx context.Context, dir string, fromTimeline uint32) error {
 	if err := m.replayArchive(ctx, dir); err != nil {
 		return err
 	}
-	if err := m.checkPromoted(ctx, dir, rec.Timeline); err != nil {
+	if err := m.checkPromoted(ctx, dir, fromTimeline); err != nil {
 		return err
 	}
-	m.setRecoveryStep(name, "setting this cluster's passwords")
+	m.setRecoveryStep("", "setting this cluster's passwords")
 	if err := m.resetSuperuserPassword(ctx, dir); err != nil {
 		return err
 	}
@@ -458,13 +465,13 @@ func (m *Manager) recovering() bool {
 	return m.opts.Recovery != nil && m.opts.Role == instanceapi.RolePrimary && !isDataDir(m.opts.DataDir)
 }
 
-// bootstrapWithRetries is bootstrap; a recovery that fails is tried
+// bootstrapWithRetries is bootstrap; a recovery (or clone) that fails is tried
 // again with a growing wait (the operator shows the error meanwhile),
 // since its causes (a missing backup, an unreachable store, wrong
 // credentials) are fixed outside the pod, and a pod that exits would only
 // restart it sooner and lose its status.
 func (m *Manager) bootstrapWithRetries(ctx context.Context) (bool, error) {
-	if !m.recovering() {
+	if !m.recovering() && !m.cloning() {
 		return m.bootstrap(ctx)
 	}
 	var wait time.Duration

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"tusk.dev/tusk/internal/basebackup"
+	"tusk.dev/tusk/internal/instanceapi"
 	"tusk.dev/tusk/internal/objectstore"
 	"tusk.dev/tusk/internal/postgres"
 	"tusk.dev/tusk/internal/walarchive"
@@ -134,6 +135,34 @@ func TestRecoveryOptionsValidate(t *testing.T) {
 		o := good()
 		tc.change(o)
 		err := o.validate(tc.own)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: error %v, want one saying %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestCloneOptionsValidate(t *testing.T) {
+	good := func() *CloneOptions {
+		return &CloneOptions{Source: instanceapi.Upstream{Host: "orders-rw", Port: 5432}, TLSDir: "/etc/tusk/tls/clone-source"}
+	}
+	for _, tc := range []struct {
+		name     string
+		change   func(*CloneOptions)
+		recovery *RecoveryOptions
+		want     string
+	}{
+		{"valid", func(*CloneOptions) {}, nil, ""},
+		{"no host", func(o *CloneOptions) { o.Source.Host = "" }, nil, "the source's host and port"},
+		{"no port", func(o *CloneOptions) { o.Source.Port = 0 }, nil, "the source's host and port"},
+		{"no certificate", func(o *CloneOptions) { o.TLSDir = "" }, nil, "only over TLS"},
+		{"and a recovery", func(*CloneOptions) {}, &RecoveryOptions{}, "not both"},
+	} {
+		o := good()
+		tc.change(o)
+		err := o.validate(tc.recovery)
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s: %v", tc.name, err)
