@@ -143,7 +143,7 @@ type Manager struct {
 	// cloneCerts is the clone source's replication client certificate;
 	// nil unless cloning.
 	cloneCerts *certFiles
-	https            atomic.Pointer[tls.Config]
+	https      atomic.Pointer[tls.Config]
 
 	secretsMu sync.Mutex // guards secrets, which HTTP handlers use to connect
 	secrets   secrets
