@@ -99,10 +99,6 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 
 // reconcilePhases runs the ordered phases and records progress in status.
 func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (ctrl.Result, error) {
-	if c.Spec.Bootstrap != nil && c.Spec.Bootstrap.Clone != nil {
-		return ctrl.Result{}, userError(ReasonBootstrapNotImplemented, "bootstrap.clone is not supported yet by this Tusk build: "+
-			"bootstrap with initdb, or recover from a backup of the cluster with bootstrap.recovery")
-	}
 	tls, err := r.reconcileTLS(ctx, c)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -113,14 +109,11 @@ func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1
 	if err := r.checkBackupSecrets(ctx, c); err != nil {
 		return ctrl.Result{}, err
 	}
-	recovery, wait, err := r.reconcileRecoverySource(ctx, c)
+	recovery, waiting, err := r.reconcileBootstrapSource(ctx, c)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if wait != "" {
-		// No pod until the backup is there: the PostgresBackup watch
-		// wakes the cluster; the requeue is a safety net.
-		setWaitingForRecoverySource(c, wait)
+	if waiting {
 		return ctrl.Result{RequeueAfter: pollSpecErr}, nil
 	}
 	if err := r.reconcileServices(ctx, c); err != nil {
@@ -222,6 +215,27 @@ func (r *ClusterReconciler) reconcileMembers(ctx context.Context, c *tuskv1alpha
 	return p, err
 }
 
+// reconcileBootstrapSource resolves what a new cluster's first instance
+// recovers or clones from, and reports whether the cluster must wait for
+// it: then status says so and no pod is created; the PostgresBackup and
+// PostgresCluster watches wake it, the requeue is a safety net.
+func (r *ClusterReconciler) reconcileBootstrapSource(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (*recoverySource, bool, error) {
+	src, wait, err := r.reconcileRecoverySource(ctx, c)
+	reason := ReasonWaitingForBackup
+	if err == nil && src == nil && wait == "" {
+		src, wait, err = r.reconcileCloneSource(ctx, c)
+		reason = ReasonWaitingForSource
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if wait != "" {
+		setWaitingForSource(c, reason, wait)
+		return nil, true, nil
+	}
+	return src, false, nil
+}
+
 // persistStatus writes status now: decisions that must survive an operator
 // restart (a new instance's serial, the target primary) are recorded
 // before they are acted on.
@@ -288,6 +302,7 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&tuskv1alpha1.PostgresCluster{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.clustersReading)).
 		Watches(&tuskv1alpha1.PostgresBackup{}, handler.EnqueueRequestsFromMapFunc(r.clustersRecoveringFrom)).
+		Watches(&tuskv1alpha1.PostgresCluster{}, handler.EnqueueRequestsFromMapFunc(r.clustersCloning)).
 		Owns(&corev1.Pod{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.Secret{}).

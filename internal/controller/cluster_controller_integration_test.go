@@ -408,21 +408,6 @@ func failed(reason string) func(c *tuskv1alpha1.PostgresCluster) error {
 	}
 }
 
-// TestCloneBootstrapIsRefused: bootstrap.clone is not built yet; the
-// cluster says so and creates nothing.
-func TestCloneBootstrapIsRefused(t *testing.T) {
-	ns := newNamespace(t)
-	cluster := newCluster(ns)
-	cluster.Spec.Bootstrap = &tuskv1alpha1.BootstrapSpec{Clone: &tuskv1alpha1.CloneSpec{Cluster: "other"}}
-	create(t, cluster)
-	clusterWhen(t, client.ObjectKeyFromObject(cluster), failed(ReasonBootstrapNotImplemented))
-	e := waitForEvent(t, ns, ReasonBootstrapNotImplemented, "bootstrap.clone is not supported yet")
-	if e.Type != corev1.EventTypeWarning || e.Regarding.Name != "pg" {
-		t.Errorf("Event %s about %s, want a Warning about pg", e.Type, e.Regarding.Name)
-	}
-	noPods(t, ns)
-}
-
 func TestMissingSuperuserSecretWaitsForIt(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)

@@ -40,6 +40,9 @@ type recoverySource struct {
 	target *tuskv1alpha1.RecoveryTarget
 	// field names the spec field the store comes from, for messages.
 	field string
+	// clone, when set, is the cluster to copy instead (bootstrap.clone);
+	// the fields above are then unused.
+	clone *tuskv1alpha1.PostgresCluster
 }
 
 // recoveryPending says the cluster bootstraps by recovery and its first
@@ -144,14 +147,6 @@ func (r *ClusterReconciler) reconcileRecoverySource(ctx context.Context, c *tusk
 	return src, "", nil
 }
 
-// setWaitingForRecoverySource records a cluster waiting for its backup.
-func setWaitingForRecoverySource(c *tuskv1alpha1.PostgresCluster, message string) {
-	c.Status.ObservedGeneration = c.Generation
-	c.Status.Phase = tuskv1alpha1.ClusterPhasePending
-	setCondition(c, metav1.Condition{Type: ConditionProgressing, Status: metav1.ConditionTrue, Reason: ReasonWaitingForBackup, Message: message})
-	setCondition(c, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonWaitingForBackup, Message: message})
-}
-
 // recoverySecrets are the source's Secrets a pending recovery mounts.
 func recoverySecrets(c *tuskv1alpha1.PostgresCluster) []string {
 	if !recoveryPending(c) {
@@ -197,11 +192,15 @@ func recoveryArgs(src *recoverySource) []string {
 	return args
 }
 
-// withRecovery adds the recovery source to a primary's pod: the flags and
+// withRecovery adds the recovery (or clone) source to a primary's pod: the flags and
 // the source's Secrets, mounted read-only like the cluster's own. The
 // pod keeps the cluster's spec hash, so it is not rolled once the cluster
 // has recovered.
 func withRecovery(pod *corev1.Pod, src *recoverySource) {
+	if src.clone != nil {
+		withClone(pod, src.clone)
+		return
+	}
 	s := src.store
 	id, secret := credentialKeys(s.CredentialsSecret)
 	spec := &pod.Spec

@@ -4,6 +4,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/testenv"
 )
 
 func s3Secret(ns, name string) *corev1.Secret {
@@ -23,18 +25,24 @@ func s3Secret(ns, name string) *corev1.Secret {
 }
 
 // waitingForBackup: the cluster is Pending, not Ready, for the reason
-// WaitingForBackup and a message containing what.
+// WaitingForBackup and the message what.
 func waitingForBackup(what string) func(c *tuskv1alpha1.PostgresCluster) error {
+	return waitingFor(ReasonWaitingForBackup, what)
+}
+
+// waitingFor: the cluster is Pending, not Ready, for reason and the
+// message what.
+func waitingFor(reason, what string) func(c *tuskv1alpha1.PostgresCluster) error {
 	return func(c *tuskv1alpha1.PostgresCluster) error {
 		if c.Status.Phase != tuskv1alpha1.ClusterPhasePending || c.Status.ObservedGeneration != c.Generation {
 			return fmt.Errorf("phase %q for generation %d/%d, want Pending", c.Status.Phase, c.Status.ObservedGeneration, c.Generation)
 		}
 		for _, cond := range c.Status.Conditions {
-			if cond.Type == ConditionReady && (cond.Status != metav1.ConditionFalse || cond.Reason != ReasonWaitingForBackup || cond.Message != what) {
-				return fmt.Errorf("Ready %s %s %q, want False %s %q", cond.Status, cond.Reason, cond.Message, ReasonWaitingForBackup, what)
+			if cond.Type == ConditionReady && (cond.Status != metav1.ConditionFalse || cond.Reason != reason || cond.Message != what) {
+				return fmt.Errorf("Ready %s %s %q, want False %s %q", cond.Status, cond.Reason, cond.Message, reason, what)
 			}
 		}
-		return condition(c, ConditionProgressing, metav1.ConditionTrue, ReasonWaitingForBackup)
+		return condition(c, ConditionProgressing, metav1.ConditionTrue, reason)
 	}
 }
 
@@ -60,6 +68,17 @@ func TestRecoveryWaitsForItsBackup(t *testing.T) {
 		Spec:       tuskv1alpha1.PostgresBackupSpec{Cluster: corev1.LocalObjectReference{Name: "orders"}},
 	}
 	create(t, backup)
+	// The backup controller writes the phase of a new backup once; a
+	// status written before would be overwritten.
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(backup), backup); err != nil {
+			return err
+		}
+		if backup.Status.Phase == "" {
+			return errors.New("the backup controller has not seen the backup yet")
+		}
+		return nil
+	})
 	setBackupPhase(t, backup, tuskv1alpha1.BackupPhaseRunning, nil)
 	clusterWhen(t, key, waitingForBackup(`Waiting for the PostgresBackup nightly named by spec.bootstrap.recovery.backup to complete (phase "Running")`))
 	noPods(t, ns)
@@ -149,4 +168,34 @@ func TestRecoveryIntoItsOwnArchiveIsRefused(t *testing.T) {
 			t.Errorf("pod pg-1: %s=%q, want %q", flag, got, want)
 		}
 	}
+}
+
+// TestCloneWaitsForItsSource: a cluster cloning a cluster that does not
+// exist, then is not Ready, waits (Pending, WaitingForSource, no pod of
+// its own), woken by the source's creation through the watch; a cluster
+// cloning itself is refused.
+func TestCloneWaitsForItsSource(t *testing.T) {
+	ns := newNamespace(t)
+	clone := newCluster(ns)
+	clone.Name = "copy"
+	clone.Spec.Bootstrap = &tuskv1alpha1.BootstrapSpec{Clone: &tuskv1alpha1.CloneSpec{Cluster: "pg"}}
+	create(t, clone)
+	key := client.ObjectKeyFromObject(clone)
+	clusterWhen(t, key, waitingFor(ReasonWaitingForSource, "Waiting for the PostgresCluster pg named by spec.bootstrap.clone.cluster: it does not exist"))
+	create(t, newCluster(ns))
+	clusterWhen(t, key, waitingFor(ReasonWaitingForSource, "Waiting for the PostgresCluster pg named by spec.bootstrap.clone.cluster to be Ready"))
+	var pods corev1.PodList
+	if err := env.Client.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{LabelCluster: "copy"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 0 {
+		t.Errorf("%d pods created for a clone whose source is not Ready", len(pods.Items))
+	}
+
+	self := newCluster(ns)
+	self.Name = "narcissus"
+	self.Spec.Bootstrap = &tuskv1alpha1.BootstrapSpec{Clone: &tuskv1alpha1.CloneSpec{Cluster: "narcissus"}}
+	create(t, self)
+	clusterWhen(t, client.ObjectKeyFromObject(self), failedSaying(ReasonCloneSourceInvalid,
+		"spec.bootstrap.clone.cluster names this cluster itself: clone another cluster"))
 }

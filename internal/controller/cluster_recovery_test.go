@@ -224,3 +224,83 @@ func TestRecoveryPendingOnlyWhileCreating(t *testing.T) {
 		}
 	}
 }
+
+func archiving(c *tuskv1alpha1.PostgresCluster, path string) *tuskv1alpha1.PostgresCluster {
+	c = c.DeepCopy()
+	c.Spec.Backup = &tuskv1alpha1.BackupSpec{ObjectStore: sourceStore(path)}
+	return c
+}
+
+func TestResolveClone(t *testing.T) {
+	c := defaultCluster()
+	c.Name = "copy"
+	c.Spec.Bootstrap = &tuskv1alpha1.BootstrapSpec{Clone: &tuskv1alpha1.CloneSpec{Cluster: "orders"}}
+	source := defaultCluster()
+	source.Name = "orders"
+	ready := source.DeepCopy()
+	setCondition(ready, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonClusterReady})
+	notReady := source.DeepCopy()
+	setCondition(notReady, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonCreating})
+	for _, tc := range []struct {
+		name   string
+		self   bool
+		source *tuskv1alpha1.PostgresCluster
+		want   string
+	}{
+		{"a ready source", false, ready, "clone orders"},
+		{"a missing source", false, nil, "wait: Waiting for the PostgresCluster orders named by spec.bootstrap.clone.cluster: it does not exist"},
+		{"a source not ready", false, notReady, "wait: Waiting for the PostgresCluster orders named by spec.bootstrap.clone.cluster to be Ready"},
+		{"a source without conditions", false, source, "wait: Waiting for the PostgresCluster orders named by spec.bootstrap.clone.cluster to be Ready"},
+		{"itself", true, ready, "error CloneSourceInvalid: spec.bootstrap.clone.cluster names this cluster itself"},
+		{"archiving where the source does", false, archiving(ready, "shared"), "error CloneSourceInvalid: refusing to clone orders: this cluster's spec.backup location is the one orders archives to"},
+		{"archiving elsewhere", false, archiving(ready, "orders-only"), "clone orders"},
+	} {
+		cc := c.DeepCopy()
+		if tc.source != nil && tc.source.Spec.Backup != nil {
+			cc.Spec.Backup = &tuskv1alpha1.BackupSpec{ObjectStore: sourceStore("shared")}
+		}
+		if tc.self {
+			cc.Name = "orders"
+		}
+		src, wait, err := resolveClone(cc, tc.source)
+		var got string
+		switch se, ok := asSpecError(err); {
+		case ok:
+			got = "error " + se.reason + ": " + se.message
+		case err != nil:
+			got = "unexpected error: " + err.Error()
+		case wait != "":
+			got = "wait: " + wait
+		default:
+			got = "clone " + src.clone.Name
+		}
+		if !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%s: resolveClone = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestClonePodMountsTheSourceCertificate: the first instance of a clone
+// copies <source>-rw with the source's replication client certificate and
+// CA, mounted read-only, and keeps the cluster's spec hash.
+func TestClonePodMountsTheSourceCertificate(t *testing.T) {
+	c := defaultCluster()
+	source := defaultCluster()
+	source.Name = "orders"
+	pod := instancePod(c, instanceName(c.Name, 1), instanceapi.RolePrimary, testManagerImage)
+	withRecovery(pod, &recoverySource{clone: source})
+	args := pod.Spec.Containers[0].Command
+	for flag, want := range map[string]string{"--clone-host": "orders-rw", "--clone-port": "5432", "--clone-tls-dir": cloneTLSMount} {
+		if got := flagValue(args, flag); got != want {
+			t.Errorf("%s=%q, want %q", flag, got, want)
+		}
+	}
+	vol, mount := volumeNamed(pod, "clone-source-tls"), mountNamed(pod.Spec.Containers[0], "clone-source-tls")
+	if vol == nil || vol.Secret == nil || vol.Secret.SecretName != "orders-replication" || len(vol.Secret.Items) != 3 ||
+		mount == nil || !mount.ReadOnly || mount.MountPath != cloneTLSMount {
+		t.Errorf("volume %+v, mount %+v: want orders-replication's tls.crt, tls.key, ca.crt read-only at %s", vol, mount, cloneTLSMount)
+	}
+	if pod.Annotations[AnnotationHash] != podSpecHash(c, testManagerImage) {
+		t.Error("the cloning pod's spec hash is not the cluster's")
+	}
+}

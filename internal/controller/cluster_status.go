@@ -200,7 +200,7 @@ func stillCreating(c *tuskv1alpha1.PostgresCluster) bool {
 		return true
 	case tuskv1alpha1.ClusterPhaseFailed:
 		prog := meta.FindStatusCondition(c.Status.Conditions, ConditionProgressing)
-		return prog == nil || slices.Contains([]string{ReasonCreating, ReasonRecovering, ReasonWaitingForBackup}, prog.Reason)
+		return prog == nil || slices.Contains([]string{ReasonCreating, ReasonRecovering, ReasonWaitingForBackup, ReasonWaitingForSource}, prog.Reason)
 	}
 	return false
 }
