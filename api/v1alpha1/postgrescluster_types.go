@@ -261,13 +261,16 @@ type InitDBSpec struct {
 // RecoverySpec restores a cluster from a backup. Exactly one of backup and
 // source is set.
 // +kubebuilder:validation:XValidation:rule="has(self.backup) != has(self.source)",message="bootstrap.recovery needs exactly one of backup (a PostgresBackup name) or source (an object store location)"
+// +kubebuilder:validation:XValidation:rule="!has(self.source) || has(self.source.path)",message="bootstrap.recovery.source.path is required: the location's path in the bucket (the source cluster's name when its spec.backup.objectStore.path was unset)"
 type RecoverySpec struct {
 	// Backup is the name of a completed PostgresBackup in this namespace.
 	// +optional
 	Backup *corev1.LocalObjectReference `json:"backup,omitempty"`
 
 	// Source is an object store location that holds another cluster's base
-	// backups and WAL archive; it works even when that cluster is gone.
+	// backups and WAL archive; it works even when that cluster is gone. The
+	// newest backup there that ended before the target is restored. Its
+	// path is required.
 	// +optional
 	Source *ObjectStoreSpec `json:"source,omitempty"`
 

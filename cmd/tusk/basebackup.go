@@ -117,22 +117,28 @@ func (f *restoreFlags) run(cmd *cobra.Command) error {
 }
 
 func (f *restoreFlags) target() (basebackup.Target, error) {
+	return parseTarget(f.targetTime, f.targetLSN, f.targetName, "--target")
+}
+
+// parseTarget reads a recovery target from the flags prefix-time,
+// prefix-lsn and prefix-name.
+func parseTarget(targetTime, targetLSN, targetName, prefix string) (basebackup.Target, error) {
 	var t basebackup.Target
-	if f.targetTime != "" {
-		at, err := time.Parse(time.RFC3339Nano, f.targetTime)
+	if targetTime != "" {
+		at, err := time.Parse(time.RFC3339Nano, targetTime)
 		if err != nil {
-			return t, fmt.Errorf("--target-time %q is not an RFC 3339 time such as 2026-01-02T15:04:05.123Z", f.targetTime)
+			return t, fmt.Errorf("%s-time %q is not an RFC 3339 time such as 2026-01-02T15:04:05.123Z", prefix, targetTime)
 		}
 		t.Time = &at
 	}
-	if f.targetLSN != "" {
-		lsn, err := postgres.ParseLSN(f.targetLSN)
+	if targetLSN != "" {
+		lsn, err := postgres.ParseLSN(targetLSN)
 		if err != nil {
-			return t, fmt.Errorf("--target-lsn: %w", err)
+			return t, fmt.Errorf("%s-lsn: %w", prefix, err)
 		}
 		t.LSN = &lsn
 	}
-	t.Name = f.targetName
+	t.Name = targetName
 	return t, nil
 }
 

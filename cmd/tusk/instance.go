@@ -43,6 +43,55 @@ type instanceFlags struct {
 	binDir     string
 	configFile string
 	archive    archiveFlags
+	recovery   recoveryFlags
+	clone      instance.CloneOptions
+}
+
+// recoveryFlags make a new primary recover from a backup when a source
+// endpoint is given.
+type recoveryFlags struct {
+	endpoint, bucket, path, region    string
+	accessKeyIDFile, secretKeyFile    string
+	caFile, backup                    string
+	targetTime, targetLSN, targetName string
+}
+
+func (r *recoveryFlags) add(fl *pflag.FlagSet) {
+	fl.StringVar(&r.endpoint, "recovery-source-endpoint", "", "S3 endpoint of the location a new primary recovers from instead of running initdb; no recovery when empty")
+	fl.StringVar(&r.bucket, "recovery-source-bucket", "", "bucket of the recovery source")
+	fl.StringVar(&r.path, "recovery-source-path", "", "path prefix of the recovery source's location in the bucket (required)")
+	fl.StringVar(&r.region, "recovery-source-region", "", "S3 region of the recovery source, when the store needs one")
+	fl.StringVar(&r.accessKeyIDFile, "recovery-source-access-key-id-file", "", "file holding the recovery source's S3 access key ID")
+	fl.StringVar(&r.secretKeyFile, "recovery-source-secret-access-key-file", "", "file holding the recovery source's S3 secret access key")
+	fl.StringVar(&r.caFile, "recovery-source-ca-file", "", "PEM bundle trusted for the recovery source's certificate, besides the system's")
+	fl.StringVar(&r.backup, "recovery-backup", instance.LatestBackup, "backup to recover from; "+instance.LatestBackup+
+		": the newest that ended before the target")
+	fl.StringVar(&r.targetTime, "recovery-target-time", "", "recover up to this time (RFC 3339) and promote")
+	fl.StringVar(&r.targetLSN, "recovery-target-lsn", "", "recover up to this LSN (such as 0/3000060) and promote")
+	fl.StringVar(&r.targetName, "recovery-target-name", "", "recover up to this restore point and promote")
+}
+
+// options returns the recovery options, nil without a source endpoint.
+func (r *recoveryFlags) options(cluster, binary string) (*instance.RecoveryOptions, error) {
+	if r.endpoint == "" {
+		return nil, nil
+	}
+	target, err := parseTarget(r.targetTime, r.targetLSN, r.targetName, "--recovery-target")
+	if err != nil {
+		return nil, err
+	}
+	if binary == "" {
+		if binary, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("while finding the tusk binary for restore_command: %w", err)
+		}
+	}
+	return &instance.RecoveryOptions{
+		Backup: r.backup, Target: target, Binary: binary,
+		Source: walarchive.Config{Cluster: cluster, ObjectStore: objectstore.Config{
+			Endpoint: r.endpoint, Bucket: r.bucket, Path: r.path, Region: r.region,
+			AccessKeyIDFile: r.accessKeyIDFile, SecretAccessKeyFile: r.secretKeyFile, CAFile: r.caFile,
+		}},
+	}, nil
 }
 
 // archiveFlags turn continuous WAL archiving on when an endpoint is given.
@@ -145,6 +194,10 @@ func newInstanceRunCommand() *cobra.Command {
 		"a primary that could not renew stops postgres this long before its Lease could expire")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for the Lease (the pod's service account when empty)")
 	f.archive.add(fl)
+	f.recovery.add(fl)
+	fl.StringVar(&f.clone.Source.Host, "clone-host", "", "primary of another cluster a new primary copies (pg_basebackup over TLS) instead of running initdb; no cloning when empty")
+	fl.IntVar(&f.clone.Source.Port, "clone-port", 5432, "port of the clone source")
+	fl.StringVar(&f.clone.TLSDir, "clone-tls-dir", "", "directory with the clone source's replication client certificate (tls.crt, tls.key) and its CA (ca.crt)")
 	return cmd
 }
 
@@ -155,6 +208,12 @@ func (f *instanceFlags) complete() error {
 		return err
 	}
 	f.opts.WALArchive = archive
+	if f.opts.Recovery, err = f.recovery.options(f.opts.ClusterName, f.archive.binary); err != nil {
+		return err
+	}
+	if f.clone.Source.Host != "" {
+		f.opts.Clone = &f.clone
+	}
 	if f.opts.Lease.Name != "" {
 		cfg, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
 		if err != nil {

@@ -26,14 +26,8 @@ func (t Target) IsSet() bool { return t.Time != nil || t.LSN != nil || t.Name !=
 // before the backup's end cannot be, since the restored copy is only
 // consistent from there.
 func (t Target) validate(rec *Record) error {
-	n := 0
-	for _, set := range []bool{t.Time != nil, t.LSN != nil, t.Name != ""} {
-		if set {
-			n++
-		}
-	}
-	if n > 1 {
-		return errors.New("give at most one recovery target: a time, an LSN or a restore point name")
+	if err := t.Check(); err != nil {
+		return err
 	}
 	if t.Time != nil && t.Time.Before(rec.EndTime) {
 		return fmt.Errorf("recovery target time %s is before backup %q ended (%s): a backup can only be recovered to a later time; "+
@@ -42,6 +36,21 @@ func (t Target) validate(rec *Record) error {
 	if t.LSN != nil && *t.LSN < rec.EndLSN {
 		return fmt.Errorf("recovery target LSN %s is before backup %q ended (LSN %s): a backup can only be recovered to a later LSN; "+
 			"use an earlier backup", t.LSN, rec.Name, rec.EndLSN)
+	}
+	return nil
+}
+
+// Check makes the checks of the target that need no backup: at most one
+// kind of target, and a restore point name PostgreSQL can have made.
+func (t Target) Check() error {
+	n := 0
+	for _, set := range []bool{t.Time != nil, t.LSN != nil, t.Name != ""} {
+		if set {
+			n++
+		}
+	}
+	if n > 1 {
+		return errors.New("give at most one recovery target: a time, an LSN or a restore point name")
 	}
 	if strings.ContainsAny(t.Name, "\n\x00") || len(t.Name) >= 64 {
 		return fmt.Errorf("restore point name %q is not one PostgreSQL can have made (at most 63 bytes on one line)", t.Name)

@@ -138,16 +138,21 @@ func (r *ClusterReconciler) checkBackupSecrets(ctx context.Context, c *tuskv1alp
 
 // requireSecretKeys checks that the Secret exists with non-empty keys.
 func (r *ClusterReconciler) requireSecretKeys(ctx context.Context, c *tuskv1alpha1.PostgresCluster, field, name string, keys ...string) error {
+	return r.requireSecretKeysAs(ctx, c, ReasonBackupSecretInvalid, field, name, keys...)
+}
+
+// requireSecretKeysAs is requireSecretKeys reporting reason.
+func (r *ClusterReconciler) requireSecretKeysAs(ctx context.Context, c *tuskv1alpha1.PostgresCluster, reason, field, name string, keys ...string) error {
 	data, err := r.existingSecretData(ctx, c.Namespace, name)
 	if err != nil {
 		return fmt.Errorf("while reading the Secret %s: %w", name, err)
 	}
 	if data == nil {
-		return userError(ReasonBackupSecretInvalid, "the Secret %s named by %s does not exist", name, field)
+		return userError(reason, "the Secret %s named by %s does not exist", name, field)
 	}
 	for _, k := range keys {
 		if len(data[k]) == 0 {
-			return userError(ReasonBackupSecretInvalid, "the Secret %s named by %s has no (or an empty) %q key", name, field, k)
+			return userError(reason, "the Secret %s named by %s has no (or an empty) %q key", name, field, k)
 		}
 	}
 	return nil

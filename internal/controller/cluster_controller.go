@@ -55,6 +55,7 @@ type ClusterReconciler struct {
 // +kubebuilder:rbac:groups=tusk.dev,resources=postgresclusters,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=tusk.dev,resources=postgresclusters/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=tusk.dev,resources=postgresclusters/finalizers,verbs=update
+// +kubebuilder:rbac:groups=tusk.dev,resources=postgresbackups,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch;delete;deletecollection
 // +kubebuilder:rbac:groups="",resources=services;configmaps;secrets,verbs=get;list;watch;create;update;delete
@@ -98,9 +99,6 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 
 // reconcilePhases runs the ordered phases and records progress in status.
 func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (ctrl.Result, error) {
-	if c.Spec.Bootstrap != nil && c.Spec.Bootstrap.InitDB == nil {
-		return ctrl.Result{}, userError(ReasonBootstrapNotImplemented, "this Tusk build bootstraps clusters with initdb only; recovery and clone are not implemented yet")
-	}
 	tls, err := r.reconcileTLS(ctx, c)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -110,6 +108,13 @@ func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1
 	}
 	if err := r.checkBackupSecrets(ctx, c); err != nil {
 		return ctrl.Result{}, err
+	}
+	recovery, waiting, err := r.reconcileBootstrapSource(ctx, c)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if waiting {
+		return ctrl.Result{RequeueAfter: pollSpecErr}, nil
 	}
 	if err := r.reconcileServices(ctx, c); err != nil {
 		return ctrl.Result{}, err
@@ -128,6 +133,7 @@ func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	v.recovery = recovery
 	p, err := r.reconcileMembers(ctx, c, v, ic)
 	setStatus(c, v, p)
 	if err != nil {
@@ -209,6 +215,27 @@ func (r *ClusterReconciler) reconcileMembers(ctx context.Context, c *tuskv1alpha
 	return p, err
 }
 
+// reconcileBootstrapSource resolves what a new cluster's first instance
+// recovers or clones from, and reports whether the cluster must wait for
+// it: then status says so and no pod is created; the PostgresBackup and
+// PostgresCluster watches wake it, the requeue is a safety net.
+func (r *ClusterReconciler) reconcileBootstrapSource(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (*recoverySource, bool, error) {
+	src, wait, err := r.reconcileRecoverySource(ctx, c)
+	reason := ReasonWaitingForBackup
+	if err == nil && src == nil && wait == "" {
+		src, wait, err = r.reconcileCloneSource(ctx, c)
+		reason = ReasonWaitingForSource
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if wait != "" {
+		setWaitingForSource(c, reason, wait)
+		return nil, true, nil
+	}
+	return src, false, nil
+}
+
 // persistStatus writes status now: decisions that must survive an operator
 // restart (a new instance's serial, the target primary) are recorded
 // before they are acted on.
@@ -274,6 +301,8 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tuskv1alpha1.PostgresCluster{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.clustersReading)).
+		Watches(&tuskv1alpha1.PostgresBackup{}, handler.EnqueueRequestsFromMapFunc(r.clustersRecoveringFrom)).
+		Watches(&tuskv1alpha1.PostgresCluster{}, handler.EnqueueRequestsFromMapFunc(r.clustersCloning)).
 		Owns(&corev1.Pod{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.Secret{}).

@@ -408,21 +408,6 @@ func failed(reason string) func(c *tuskv1alpha1.PostgresCluster) error {
 	}
 }
 
-func TestRecoveryBootstrapIsRefused(t *testing.T) {
-	ns := newNamespace(t)
-	cluster := newCluster(ns)
-	cluster.Spec.Bootstrap = &tuskv1alpha1.BootstrapSpec{Recovery: &tuskv1alpha1.RecoverySpec{
-		Backup: &corev1.LocalObjectReference{Name: "x"},
-	}}
-	create(t, cluster)
-	clusterWhen(t, client.ObjectKeyFromObject(cluster), failed(ReasonBootstrapNotImplemented))
-	e := waitForEvent(t, ns, ReasonBootstrapNotImplemented, "initdb")
-	if e.Type != corev1.EventTypeWarning || e.Regarding.Name != "pg" {
-		t.Errorf("Event %s about %s, want a Warning about pg", e.Type, e.Regarding.Name)
-	}
-	noPods(t, ns)
-}
-
 func TestMissingSuperuserSecretWaitsForIt(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)

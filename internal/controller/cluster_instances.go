@@ -60,7 +60,7 @@ func (r *ClusterReconciler) bootstrapPrimary(ctx context.Context, c *tuskv1alpha
 		c.Status.CurrentPrimary, c.Status.TargetPrimary = "", ""
 		return false, err
 	}
-	return true, r.createInstance(ctx, c, name, instanceapi.RolePrimary, true)
+	return true, r.createInstance(ctx, c, name, instanceapi.RolePrimary, true, v.recovery)
 }
 
 // allocateInstance takes the next serial number and records it before
@@ -79,13 +79,18 @@ func (r *ClusterReconciler) allocateInstance(ctx context.Context, c *tuskv1alpha
 }
 
 // createInstance creates the volume (when new) and the pod of an instance.
-func (r *ClusterReconciler) createInstance(ctx context.Context, c *tuskv1alpha1.PostgresCluster, name string, role instanceapi.Role, newVolume bool) error {
+// A primary created while the cluster recovers gets the recovery source
+// (rec, nil otherwise).
+func (r *ClusterReconciler) createInstance(ctx context.Context, c *tuskv1alpha1.PostgresCluster, name string, role instanceapi.Role, newVolume bool, rec *recoverySource) error {
 	if newVolume {
 		if err := r.Create(ctx, instancePVC(c, name)); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("while creating the volume of %s: %w", name, err)
 		}
 	}
 	pod := instancePod(c, name, role, r.Config.InstanceManagerImage)
+	if rec != nil && role == instanceapi.RolePrimary {
+		withRecovery(pod, rec)
+	}
 	secretsHash, err := r.mountedSecretsHash(ctx, c)
 	if err != nil {
 		return err
@@ -120,7 +125,8 @@ func (r *ClusterReconciler) recreateMissingPods(ctx context.Context, c *tuskv1al
 		if m.pod != nil || m.pvc == nil || m.pvc.DeletionTimestamp != nil {
 			continue
 		}
-		if err := r.createInstance(ctx, c, m.name, wantedRole(c, m.name), false); err != nil {
+		// The primary's pod, deleted before it recovered, recovers again.
+		if err := r.createInstance(ctx, c, m.name, wantedRole(c, m.name), false, v.recovery); err != nil {
 			return changed, err
 		}
 		changed = true
@@ -139,7 +145,7 @@ func (r *ClusterReconciler) scaleUp(ctx context.Context, c *tuskv1alpha1.Postgre
 		if err != nil {
 			return true, err
 		}
-		if err := r.createInstance(ctx, c, name, instanceapi.RoleReplica, true); err != nil {
+		if err := r.createInstance(ctx, c, name, instanceapi.RoleReplica, true, nil); err != nil {
 			return true, err
 		}
 	}

@@ -37,6 +37,9 @@ func (m *member) ready() bool {
 // view is everything observed of a cluster in one reconcile.
 type view struct {
 	members []*member // by serial
+	// recovery is where a recovering cluster's first primary recovers
+	// from; nil otherwise.
+	recovery *recoverySource
 }
 
 func (v *view) member(name string) *member {

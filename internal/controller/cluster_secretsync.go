@@ -19,6 +19,7 @@ const AnnotationSecretsHash = "tusk.dev/secrets-hash" //nolint:gosec // an annot
 // mountedSecrets are the Secrets an instance pod mounts.
 func mountedSecrets(c *tuskv1alpha1.PostgresCluster) []string {
 	names := []string{superuserPasswordSecret(c), appPasswordSecret(c), serverSecretName(c), replicationSecretName(c)}
+	names = append(names, recoverySecrets(c)...)
 	return append(names, backupSecrets(c)...)
 }
 
@@ -68,5 +69,6 @@ func userSecrets(c *tuskv1alpha1.PostgresCluster) []string {
 	if c.Spec.TLS != nil && c.Spec.TLS.CASecret != nil {
 		names = append(names, c.Spec.TLS.CASecret.Name)
 	}
+	names = append(names, recoverySecrets(c)...)
 	return append(names, backupSecrets(c)...)
 }

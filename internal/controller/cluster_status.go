@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -102,6 +103,9 @@ func lagBehind(st *instanceapi.Status, primary *member) *int64 {
 
 func progressingCondition(c *tuskv1alpha1.PostgresCluster, v *view, p progress) metav1.Condition {
 	cond := metav1.Condition{Type: ConditionProgressing, Status: metav1.ConditionTrue}
+	if recovering, ok := recoveringCondition(c, v); ok && p.creating {
+		return recovering
+	}
 	switch {
 	case p.creating:
 		cond.Reason, cond.Message = ReasonCreating, "Creating the primary "+c.Status.CurrentPrimary
@@ -196,7 +200,7 @@ func stillCreating(c *tuskv1alpha1.PostgresCluster) bool {
 		return true
 	case tuskv1alpha1.ClusterPhaseFailed:
 		prog := meta.FindStatusCondition(c.Status.Conditions, ConditionProgressing)
-		return prog == nil || prog.Reason == ReasonCreating
+		return prog == nil || slices.Contains([]string{ReasonCreating, ReasonRecovering, ReasonWaitingForBackup, ReasonWaitingForSource}, prog.Reason)
 	}
 	return false
 }

@@ -21,7 +21,8 @@ import (
 const bootstrapSuffix = ".tusk-bootstrap"
 
 // bootstrap creates the data directory when there is none, as a new primary
-// (initdb) or as a copy of the upstream (pg_basebackup). It reports whether
+// (initdb, or a recovery from a backup) or as a copy of the upstream
+// (pg_basebackup). It reports whether
 // it created one. An existing cluster is never touched.
 func (m *Manager) bootstrap(ctx context.Context) (bool, error) {
 	dataDir := m.opts.DataDir
@@ -41,9 +42,20 @@ func (m *Manager) bootstrap(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("while clearing an interrupted bootstrap: %w", err)
 	}
 	var err error
-	if m.opts.Role == instanceapi.RolePrimary {
+	switch {
+	case m.opts.Role == instanceapi.RolePrimary && m.opts.Recovery != nil:
+		if err = m.recoverPrimary(ctx, building); err != nil {
+			// Nothing of a failed recovery is kept: the next attempt
+			// starts over, and the data directory stays empty.
+			_ = os.RemoveAll(building)
+		}
+	case m.opts.Role == instanceapi.RolePrimary && m.opts.Clone != nil:
+		if err = m.clonePrimary(ctx, building); err != nil {
+			_ = os.RemoveAll(building)
+		}
+	case m.opts.Role == instanceapi.RolePrimary:
 		err = m.initPrimary(ctx, building)
-	} else {
+	default:
 		err = m.cloneFrom(ctx, m.opts.Upstream, building)
 	}
 	if err != nil {

@@ -151,6 +151,12 @@ func (m *Manager) serverTLS() (*pgconf.TLSFiles, pgconf.ReplicationAuth) {
 // postgresql.auto.conf: ALTER SYSTEM would otherwise override the settings
 // Tusk owns and the user's spec.
 func (m *Manager) writeConfig(st state) error {
+	return m.writeConfigIn(m.opts.DataDir, st)
+}
+
+// writeConfigIn is writeConfig for the data directory dir (a bootstrap
+// builds one beside the final path).
+func (m *Manager) writeConfigIn(dir string, st state) error {
 	conf := pgconf.ServerConfig{
 		MajorVersion:            m.opts.MajorVersion,
 		Port:                    m.opts.Port,
@@ -185,17 +191,17 @@ func (m *Manager) writeConfig(st state) error {
 		"postgresql.auto.conf": "# Managed by Tusk: ALTER SYSTEM is not used; set spec.postgresql.parameters instead.\n",
 	}
 	for name, content := range files {
-		if err := writeFileAtomic(filepath.Join(m.opts.DataDir, name), []byte(content)); err != nil {
+		if err := writeFileAtomic(filepath.Join(dir, name), []byte(content)); err != nil {
 			return err
 		}
 	}
-	return m.writeStandbySignal(st.role == instanceapi.RoleReplica)
+	return writeStandbySignal(dir, st.role == instanceapi.RoleReplica)
 }
 
 // writeStandbySignal creates or removes standby.signal, which makes
 // postgres start as a replica.
-func (m *Manager) writeStandbySignal(replica bool) error {
-	path := filepath.Join(m.opts.DataDir, "standby.signal")
+func writeStandbySignal(dir string, replica bool) error {
+	path := filepath.Join(dir, "standby.signal")
 	if replica {
 		return writeFileAtomic(path, nil)
 	}

@@ -80,6 +80,14 @@ type Options struct {
 	// WALArchive turns continuous WAL archiving on; nil leaves
 	// archive_mode off.
 	WALArchive *WALArchiveOptions
+	// Recovery makes a new primary restore a backup of another location
+	// instead of running initdb; nil for initdb. Replicas and existing
+	// data directories ignore it.
+	Recovery *RecoveryOptions
+	// Clone makes a new primary copy another cluster instead of running
+	// initdb; nil otherwise. Replicas and existing data directories
+	// ignore it.
+	Clone *CloneOptions
 }
 
 // InitDBOptions describe the database a new cluster starts with.
@@ -147,7 +155,10 @@ type Manager struct {
 	// alone syncs them. https is the HTTP API's current TLS configuration.
 	serverCerts      *certFiles
 	replicationCerts *certFiles
-	https            atomic.Pointer[tls.Config]
+	// cloneCerts is the clone source's replication client certificate;
+	// nil unless cloning.
+	cloneCerts *certFiles
+	https      atomic.Pointer[tls.Config]
 
 	secretsMu sync.Mutex // guards secrets, which HTTP handlers use to connect
 	secrets   secrets
@@ -195,6 +206,9 @@ type state struct {
 	// new primary was not reachable yet, say): postgres stays stopped and
 	// the run loop tries again until the data directory follows it.
 	pendingRejoin *instanceapi.Upstream
+	// recovery is the progress of a recovery bootstrap (replaced, never
+	// changed in place); nil otherwise.
+	recovery *instanceapi.RecoveryStatus
 }
 
 // operation is work that must not overlap with supervision: role changes,
@@ -234,6 +248,7 @@ func New(opts Options, log logr.Logger) (*Manager, error) {
 	if opts.TLS.ReplicationDir != "" {
 		m.replicationCerts = &certFiles{what: "replication client certificate", src: opts.TLS.ReplicationDir, dst: filepath.Join(opts.RunDir, "replication-tls")}
 	}
+	m.cloneCerts = cloneCertsFor(opts)
 	if opts.Lease.enabled() {
 		m.lease = newLeaseKeeper(opts.Lease, opts.Name, log.WithName("lease"))
 	}
@@ -262,6 +277,12 @@ func (o Options) validate() error {
 		errs = append(errs, err)
 	}
 	if err := o.WALArchive.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.Recovery.validate(o.WALArchive); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.Clone.validate(o.Recovery); err != nil {
 		errs = append(errs, err)
 	}
 	if o.TLS.ReplicationDir != "" && o.TLS.Dir == "" {
@@ -314,7 +335,7 @@ func (m *Manager) prepare(ctx context.Context) error {
 // with the role asked for.
 func (m *Manager) prepareDataDir(ctx context.Context) error {
 	m.setPhase(instanceapi.PhaseBootstrapping)
-	fresh, err := m.bootstrap(ctx)
+	fresh, err := m.bootstrapWithRetries(ctx)
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ func (m *Manager) Status(ctx context.Context) instanceapi.Status {
 		CrashStreak:  st.currentCrashStreak(time.Now()),
 		LastError:    st.lastError,
 		DataDirBytes: m.dataDirSize(),
+		Recovery:     st.recovery,
 	}
 	if !st.lastPasswordRotation.IsZero() {
 		at := st.lastPasswordRotation.UTC()

@@ -67,6 +67,10 @@ const (
 	// PhaseFenced: a primary that could not hold the primary Lease keeps
 	// postgres stopped, so it takes no writes while another may be promoted.
 	PhaseFenced Phase = "Fenced"
+	// PhaseRecovering: a new primary is being restored from a base backup
+	// and the WAL archive (bootstrap.recovery); Status.Recovery says how
+	// far, LastError why the last attempt failed. It can take long.
+	PhaseRecovering Phase = "Recovering"
 	// PhaseCrashed: postgres exited unexpectedly and will be restarted
 	// after a backoff; LastError says why it stopped.
 	PhaseCrashed Phase = "Crashed"
@@ -132,6 +136,8 @@ type Status struct {
 	// Archive is the health of continuous WAL archiving on a primary that
 	// archives (pg_stat_archiver); nil on a replica or without archiving.
 	Archive *ArchiveStatus `json:"archive,omitempty"`
+	// Recovery is the progress of a recovery bootstrap; nil otherwise.
+	Recovery *RecoveryStatus `json:"recovery,omitempty"`
 	// Restarts counts unexpected postgres exits the manager recovered from.
 	Restarts int `json:"restarts,omitempty"`
 	// CrashStreak counts the unexpected exits in a row, each within 30 s of
@@ -140,6 +146,17 @@ type Status struct {
 	CrashStreak int `json:"crashStreak,omitempty"`
 	// LastError is the last thing that went wrong, for humans.
 	LastError string `json:"lastError,omitempty"`
+}
+
+// RecoveryStatus is how far a recovery bootstrap is.
+type RecoveryStatus struct {
+	// Backup is the backup being restored, once chosen.
+	Backup string `json:"backup,omitempty"`
+	// Step is what the instance manager is doing, for humans.
+	Step string `json:"step"`
+	// FailedAttempts counts the attempts that failed; LastError says why
+	// the last did. The next one waits longer each time.
+	FailedAttempts int `json:"failedAttempts,omitempty"`
 }
 
 // ArchiveStatus is what pg_stat_archiver says of WAL archiving since the

@@ -119,6 +119,7 @@ func TestInvalidClustersAreRejectedOnCreate(t *testing.T) {
 		{"superuser as app owner", `spec: {bootstrap: {initdb: {owner: postgres}}}`, "bootstrap.initdb.owner must be an ordinary role"},
 		{"recovery from nothing", `spec: {bootstrap: {recovery: {}}}`, "bootstrap.recovery needs exactly one of backup"},
 		{"two recovery targets", `spec: {bootstrap: {recovery: {backup: {name: b}, target: {time: "2026-01-01T00:00:00Z", lsn: "0/3000060"}}}}`, "a recovery target is one of time, lsn or name"},
+		{"recovery source without a path", `spec: {bootstrap: {recovery: {source: {endpoint: "https://s3", bucket: b1b, credentialsSecret: {name: s}}}}}`, "bootstrap.recovery.source.path is required"},
 		{"malformed recovery LSN", `spec: {bootstrap: {recovery: {backup: {name: b}, target: {lsn: "3000060"}}}}`, "spec.bootstrap.recovery.target.lsn"},
 		{"name too long", `metadata: {name: a-very-long-cluster-name-that-leaves-no-room-for-pods}`, "a PostgresCluster name is at most 50 characters"},
 		{"retention in words", `spec: {backup: {objectStore: {endpoint: "https://s3", bucket: b1b, credentialsSecret: {name: s}}, retention: 7 days}}`, "spec.backup.retention"},
