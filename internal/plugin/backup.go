@@ -9,6 +9,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
@@ -61,6 +63,9 @@ func (bo *backupOptions) run(ctx context.Context, cluster string) error {
 	target, err := parseBackupTarget(bo.target)
 	if err != nil {
 		return err
+	}
+	if errs := validation.IsDNS1123Subdomain(bo.name); bo.name != "" && len(errs) > 0 {
+		return fmt.Errorf("--name %q cannot name a PostgresBackup: %s", bo.name, strings.Join(errs, "; "))
 	}
 	cl, ns, err := bo.client()
 	if err != nil {
