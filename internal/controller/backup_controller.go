@@ -43,8 +43,11 @@ type BackupReconciler struct {
 	// by cluster: the cache may not show a Running status written a moment
 	// ago, and one cluster takes one backup at a time.
 	mu      sync.Mutex
-	started map[types.NamespacedName]string
+	started map[types.NamespacedName]startedBackup
 }
+
+// startedBackup is a backup this operator asked an instance to take.
+type startedBackup struct{ name, instance string }
 
 // +kubebuilder:rbac:groups=tusk.dev,resources=postgresbackups,verbs=get;list;watch
 // +kubebuilder:rbac:groups=tusk.dev,resources=postgresbackups/status,verbs=get;update;patch
@@ -138,7 +141,13 @@ func (r *BackupReconciler) start(ctx context.Context, b *tuskv1alpha1.PostgresBa
 		return r.waitForInstance(b, "waiting for the cluster's certificates: "+errString(err, "the CA Secret does not exist yet"))
 	}
 	target := backupTarget(b, c)
-	name := chooseBackupInstance(target, backupCandidates(c, v))
+	name := r.startedOn(b)
+	if name == "" {
+		name = chooseBackupInstance(target, backupCandidates(c, v))
+	}
+	if m := v.member(name); m == nil || m.pod == nil || m.status == nil {
+		name = ""
+	}
 	if name == "" {
 		return r.waitForInstance(b, fmt.Sprintf("waiting for a ready instance to back up (target %s)", target))
 	}
@@ -166,7 +175,7 @@ func (r *BackupReconciler) startOn(ctx context.Context, b *tuskv1alpha1.Postgres
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("while starting the backup on %s: %w", m.name, err)
 	}
-	r.markStarted(b)
+	r.markStarted(b, m.name)
 	role := "replica"
 	if m.status.Role == instanceapi.RolePrimary {
 		role = "primary"
@@ -308,7 +317,7 @@ func (r *BackupReconciler) otherRunning(ctx context.Context, b *tuskv1alpha1.Pos
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if other := r.started[clusterOfBackup(b)]; other != "" && other != b.Name {
+	if other := r.started[clusterOfBackup(b)].name; other != "" && other != b.Name {
 		for i := range list.Items {
 			if o := &list.Items[i]; o.Name == other && !backupEnded(o) {
 				return other, nil
@@ -322,19 +331,31 @@ func clusterOfBackup(b *tuskv1alpha1.PostgresBackup) types.NamespacedName {
 	return types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.Cluster.Name}
 }
 
-func (r *BackupReconciler) markStarted(b *tuskv1alpha1.PostgresBackup) {
+func (r *BackupReconciler) markStarted(b *tuskv1alpha1.PostgresBackup, instance string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.started == nil {
-		r.started = map[types.NamespacedName]string{}
+		r.started = map[types.NamespacedName]startedBackup{}
 	}
-	r.started[clusterOfBackup(b)] = b.Name
+	r.started[clusterOfBackup(b)] = startedBackup{name: b.Name, instance: instance}
+}
+
+// startedOn is the instance this operator asked for backup b, when its
+// Running status was not written (or not seen yet): asking it again
+// reports the same backup instead of starting a second one elsewhere.
+func (r *BackupReconciler) startedOn(b *tuskv1alpha1.PostgresBackup) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.started[clusterOfBackup(b)]; s.name == b.Name {
+		return s.instance
+	}
+	return ""
 }
 
 func (r *BackupReconciler) ended(b *tuskv1alpha1.PostgresBackup) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.started[clusterOfBackup(b)] == b.Name {
+	if r.started[clusterOfBackup(b)].name == b.Name {
 		delete(r.started, clusterOfBackup(b))
 	}
 }
