@@ -107,7 +107,7 @@ func (r *BackupReconciler) waitForCluster(b *tuskv1alpha1.PostgresBackup) {
 	msg := fmt.Sprintf("the PostgresCluster %s does not exist in namespace %s; the backup starts when it is created",
 		b.Spec.Cluster.Name, b.Namespace)
 	if cond := meta.FindStatusCondition(b.Status.Conditions, ConditionReady); cond == nil || cond.Reason != ReasonClusterNotFound {
-		r.event(b, corev1.EventTypeWarning, ReasonClusterNotFound, "Backup", "%s", msg)
+		r.event(b, corev1.EventTypeWarning, ReasonClusterNotFound, "%s", msg)
 	}
 	setBackupCondition(b, metav1.ConditionFalse, ReasonClusterNotFound, msg)
 }
@@ -190,7 +190,7 @@ func (r *BackupReconciler) startOn(ctx context.Context, b *tuskv1alpha1.Postgres
 	}
 	msg := fmt.Sprintf("taking a base backup of %s on instance %s (%s) to %s", c.Name, m.name, role, st.Location)
 	setBackupCondition(b, metav1.ConditionFalse, ReasonBackupRunning, msg)
-	r.event(b, corev1.EventTypeNormal, ReasonBackupStarted, "Backup", "Taking a base backup of %s on instance %s (%s)", c.Name, m.name, role)
+	r.event(b, corev1.EventTypeNormal, ReasonBackupStarted, "Taking a base backup of %s on instance %s (%s)", c.Name, m.name, role)
 	ctrlLog(ctx).Info("Started a base backup", "cluster", c.Name, "instance", m.name, "role", role)
 	return ctrl.Result{RequeueAfter: backupPoll}, nil
 }
@@ -262,12 +262,12 @@ func (r *BackupReconciler) report(ctx context.Context, b *tuskv1alpha1.PostgresB
 		msg := fmt.Sprintf("base backup of %s completed on instance %s: WAL %s to %s on timeline %d, %d bytes at %s",
 			c.Name, st.Instance, st.BeginLSN, st.EndLSN, st.Timeline, st.SizeBytes, st.Location)
 		setBackupCondition(b, metav1.ConditionTrue, ReasonBackupCompleted, msg)
-		r.event(b, corev1.EventTypeNormal, ReasonBackupCompleted, "Backup", "%s", msg)
+		r.event(b, corev1.EventTypeNormal, ReasonBackupCompleted, "%s", msg)
 		ctrlLog(ctx).Info("Base backup completed", "instance", st.Instance, "endLSN", st.EndLSN, "sizeBytes", st.SizeBytes)
 		observeBackupEnd(b)
 		return ctrl.Result{}
 	case backupFailedOnInstance:
-		r.event(b, corev1.EventTypeWarning, ReasonBackupFailed, "Backup", "%s", b.Status.Error)
+		r.event(b, corev1.EventTypeWarning, ReasonBackupFailed, "%s", b.Status.Error)
 		observeBackupEnd(b)
 		return ctrl.Result{}
 	}
@@ -282,7 +282,7 @@ func (r *BackupReconciler) report(ctx context.Context, b *tuskv1alpha1.PostgresB
 // fail marks the backup Failed, with a Warning Event.
 func (r *BackupReconciler) fail(b *tuskv1alpha1.PostgresBackup, reason, message string) {
 	failBackup(b, reason, message, time.Now())
-	r.event(b, corev1.EventTypeWarning, ReasonBackupFailed, "Backup", "%s", message)
+	r.event(b, corev1.EventTypeWarning, ReasonBackupFailed, "%s", message)
 	observeBackupEnd(b)
 }
 
@@ -360,9 +360,9 @@ func (r *BackupReconciler) ended(b *tuskv1alpha1.PostgresBackup) {
 	}
 }
 
-func (r *BackupReconciler) event(b *tuskv1alpha1.PostgresBackup, eventType, reason, action, note string, args ...any) {
+func (r *BackupReconciler) event(b *tuskv1alpha1.PostgresBackup, eventType, reason, note string, args ...any) {
 	if r.Recorder != nil {
-		r.Recorder.Eventf(b, nil, eventType, reason, action, note, args...)
+		r.Recorder.Eventf(b, nil, eventType, reason, "Backup", note, args...)
 	}
 }
 

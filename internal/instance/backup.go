@@ -243,7 +243,7 @@ func (m *Manager) waitForBackupWAL(ctx context.Context, store *objectstore.Store
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the WAL segment %s the backup ends in was not archived within %s (is the primary archiving? %v)",
+			return fmt.Errorf("the WAL segment %s the backup ends in was not archived within %s (is the primary archiving?): %w",
 				segment, wait, errors.Join(err, ctx.Err()))
 		case <-tick.C:
 		}

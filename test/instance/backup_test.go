@@ -86,7 +86,11 @@ func TestBaseBackups(t *testing.T) {
 		t.Errorf("a second backup while b1 runs: %s; want it refused naming b1", refused)
 	}
 	primary.exec("SELECT pg_switch_wal()")
+	switched := time.Now()
 	st = waitBackup(t, replica, "b1", phaseIs(instanceapi.BackupCompleted))
+	t.Logf("the replica's backup: %s of pg_basebackup and upload, %d bytes (%d compressed); completed %s after the primary switched WAL",
+		st.Record.EndTime.Sub(st.Record.StartTime).Round(time.Millisecond), st.Record.Size, st.Record.CompressedSize,
+		time.Since(switched).Round(time.Millisecond))
 	checkStandbyBackup(t, replica, st, waitingFor)
 	rec, err := basebackup.LoadRecord(context.Background(), store, "b1")
 	if err != nil {
@@ -108,6 +112,8 @@ func TestBaseBackups(t *testing.T) {
 	t.Run("primary", func(t *testing.T) {
 		startBackup(t, primary, "b3", http.StatusAccepted)
 		st := waitBackup(t, primary, "b3", phaseIs(instanceapi.BackupCompleted))
+		t.Logf("the primary's backup: %s from the request to completed, %d bytes compressed",
+			st.CompletedAt.Sub(st.StartedAt).Round(time.Millisecond), st.Record.CompressedSize)
 		if st.Record.Timeline != 1 || st.WaitingForWAL != "" {
 			t.Errorf("a primary's backup %+v: want timeline 1, nothing to wait for", st)
 		}
