@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -53,11 +54,13 @@ const (
 	refuseBackup
 )
 
-// decideBackupStart says what a request for backup name does, given the
-// running backup and whether name is known.
-func decideBackupStart(running string, known bool) backupStart {
+// decideBackupStart says what a request for a backup does, given the
+// running backup and the phase of the requested one when it is known ("" when
+// it is not). A failed backup left nothing in the store: asked again (a
+// PostgresBackup created again under its name), it is taken anew.
+func decideBackupStart(running string, known instanceapi.BackupPhase) backupStart {
 	switch {
-	case known:
+	case known == instanceapi.BackupRunning || known == instanceapi.BackupCompleted:
 		return reportBackup
 	case running != "":
 		return refuseBackup
@@ -65,6 +68,10 @@ func decideBackupStart(running string, known bool) backupStart {
 		return startBackup
 	}
 }
+
+// maxEndedBackups bounds what the manager remembers of ended backups; a
+// completed one it forgot is still found in the store.
+const maxEndedBackups = 64
 
 // StartBackup starts a base backup of the instance into the cluster's
 // object store in the background, and returns its state. The int is the
@@ -81,8 +88,12 @@ func (m *Manager) StartBackup(name string) (instanceapi.BackupStatus, int, error
 	b := &m.backups
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	var phase instanceapi.BackupPhase
 	st, known := b.known[name]
-	switch decideBackupStart(b.running, known) {
+	if known {
+		phase = st.Phase
+	}
+	switch decideBackupStart(b.running, phase) {
 	case reportBackup:
 		return *st, http.StatusOK, nil
 	case refuseBackup:
@@ -93,9 +104,28 @@ func (m *Manager) StartBackup(name string) (instanceapi.BackupStatus, int, error
 	if b.known == nil {
 		b.known = map[string]*instanceapi.BackupStatus{}
 	}
+	forgetOldBackups(b.known, maxEndedBackups)
 	b.known[name], b.running = st, name
 	go m.runBackup(name)
 	return *st, http.StatusAccepted, nil
+}
+
+// forgetOldBackups drops the ended backups that started first, so that at
+// most keep ended ones remain.
+func forgetOldBackups(known map[string]*instanceapi.BackupStatus, keep int) {
+	var ended []*instanceapi.BackupStatus
+	for _, st := range known {
+		if st.Phase != instanceapi.BackupRunning {
+			ended = append(ended, st)
+		}
+	}
+	if len(ended) <= keep {
+		return
+	}
+	slices.SortFunc(ended, func(a, b *instanceapi.BackupStatus) int { return a.StartedAt.Compare(b.StartedAt) })
+	for _, st := range ended[:len(ended)-keep] {
+		delete(known, st.Name)
+	}
 }
 
 // BackupStatus reports a backup: the manager's own, else the store's

@@ -3,7 +3,10 @@ package instance
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
+	"time"
 
 	"tusk.dev/tusk/internal/basebackup"
 	"tusk.dev/tusk/internal/instanceapi"
@@ -12,21 +15,42 @@ import (
 )
 
 func TestDecideBackupStart(t *testing.T) {
+	const running, completed, failed = instanceapi.BackupRunning, instanceapi.BackupCompleted, instanceapi.BackupFailed
 	tests := []struct {
 		running string
-		known   bool
+		known   instanceapi.BackupPhase
 		want    backupStart
 	}{
-		{"", false, startBackup},
-		{"", true, reportBackup},       // done already: report, start nothing
-		{"b1", true, reportBackup},     // the running one asked again
-		{"b1", false, refuseBackup},    // another one runs
-		{"other", false, refuseBackup}, // whatever its name
+		{"", "", startBackup},
+		{"", completed, reportBackup},   // done already: report, start nothing
+		{"b1", running, reportBackup},   // the running one asked again
+		{"b1", "", refuseBackup},        // another one runs
+		{"b1", completed, reportBackup}, // known: whatever runs
+		{"", failed, startBackup},       // it left nothing: taken anew
+		{"b1", failed, refuseBackup},    // ...but not while another runs
 	}
 	for _, tt := range tests {
 		if got := decideBackupStart(tt.running, tt.known); got != tt.want {
-			t.Errorf("running %q, known %v: %v, want %v", tt.running, tt.known, got, tt.want)
+			t.Errorf("running %q, known %q: %v, want %v", tt.running, tt.known, got, tt.want)
 		}
+	}
+}
+
+func TestForgetOldBackups(t *testing.T) {
+	at := func(min int) time.Time { return time.Date(2026, 11, 23, 10, min, 0, 0, time.UTC) }
+	known := map[string]*instanceapi.BackupStatus{
+		"old":     {Name: "old", Phase: instanceapi.BackupCompleted, StartedAt: at(1)},
+		"failed":  {Name: "failed", Phase: instanceapi.BackupFailed, StartedAt: at(2)},
+		"newer":   {Name: "newer", Phase: instanceapi.BackupCompleted, StartedAt: at(3)},
+		"running": {Name: "running", Phase: instanceapi.BackupRunning, StartedAt: at(0)},
+	}
+	forgetOldBackups(known, 2)
+	if len(known) != 3 || known["old"] != nil || known["running"] == nil || known["newer"] == nil {
+		t.Errorf("kept %v: want the running one and the two newest ended ones", slices.Collect(maps.Keys(known)))
+	}
+	forgetOldBackups(known, 2)
+	if len(known) != 3 {
+		t.Errorf("within the bound, kept %d of 3", len(known))
 	}
 }
 
