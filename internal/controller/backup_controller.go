@@ -198,59 +198,51 @@ func (r *BackupReconciler) startOn(ctx context.Context, b *tuskv1alpha1.Postgres
 // follow asks the instance that takes the backup how it goes. When its
 // manager restarted it no longer knows the backup: it looks for the
 // backup's record in the store, and answers 404 when the backup did not
-// complete. When the instance is gone, another one looks in the store.
+// complete. When the instance is gone, the others look in the store.
 func (r *BackupReconciler) follow(ctx context.Context, b *tuskv1alpha1.PostgresBackup, c *tuskv1alpha1.PostgresCluster) (ctrl.Result, error) {
 	ic, v, err := r.observe(ctx, c)
 	if err != nil || ic == nil {
 		ctrlLog(ctx).Info("Cannot reach the instances to follow the backup", "error", errString(err, "no CA Secret"))
 		return ctrl.Result{RequeueAfter: backupPoll}, nil
 	}
+	var own *backupAnswer
+	var others []backupAnswer
 	if m := v.member(b.Status.Instance); m != nil && m.pod != nil && m.pod.DeletionTimestamp == nil {
-		rep, err := r.askBackup(ctx, ic, m, b.Name)
-		if code, _ := apiErrorCode(err); code == http.StatusNotFound {
-			r.fail(b, ReasonBackupFailed, fmt.Sprintf("the instance manager of %s restarted during the backup, which did not complete "+
-				"(the object store has no record of it); create a new PostgresBackup", m.name))
-			return ctrl.Result{}, nil
+		own = ptrTo(r.askBackup(ctx, ic, m, b.Name))
+	} else {
+		for _, m := range v.members {
+			if m.status != nil && m.name != b.Status.Instance {
+				others = append(others, r.askBackup(ctx, ic, m, b.Name))
+			}
 		}
-		if err != nil {
-			ctrlLog(ctx).Info("Asking about the backup", "instance", m.name, "error", err.Error())
-			return ctrl.Result{RequeueAfter: backupPoll}, nil
-		}
+	}
+	action, rep := decideFollow(own, others)
+	switch action {
+	case followReport:
 		return r.report(ctx, b, c, rep), nil
+	case followRestarted:
+		r.fail(b, ReasonBackupFailed, fmt.Sprintf("the instance manager of %s restarted during the backup, which did not complete "+
+			"(the object store has no record of it); create a new PostgresBackup", b.Status.Instance))
+		return ctrl.Result{}, nil
+	case followInstanceGone:
+		r.fail(b, ReasonBackupFailed, fmt.Sprintf("instance %s was deleted during the backup, which did not complete "+
+			"(the object store has no record of it); create a new PostgresBackup", b.Status.Instance))
+		return ctrl.Result{}, nil
 	}
-	return r.askOthers(ctx, b, c, ic, v)
+	if own != nil && own.err != nil {
+		ctrlLog(ctx).Info("Asking about the backup", "instance", b.Status.Instance, "error", own.err.Error())
+	}
+	return ctrl.Result{RequeueAfter: backupPoll}, nil
 }
 
-// askOthers asks the other instances about a backup whose instance is
-// gone: any of them finds a completed one in the store.
-func (r *BackupReconciler) askOthers(ctx context.Context, b *tuskv1alpha1.PostgresBackup, c *tuskv1alpha1.PostgresCluster,
-	ic *instanceClient, v *view) (ctrl.Result, error) {
-	answered := false
-	for _, m := range v.members {
-		if m.status == nil || m.name == b.Status.Instance {
-			continue
-		}
-		rep, err := r.askBackup(ctx, ic, m, b.Name)
-		if code, _ := apiErrorCode(err); code == http.StatusNotFound {
-			answered = true
-			continue
-		}
-		if err == nil && rep.Phase == instanceapi.BackupCompleted {
-			return r.report(ctx, b, c, rep), nil
-		}
-	}
-	if !answered {
-		return ctrl.Result{RequeueAfter: backupPoll}, nil
-	}
-	r.fail(b, ReasonBackupFailed, fmt.Sprintf("instance %s was deleted during the backup, which did not complete "+
-		"(the object store has no record of it); create a new PostgresBackup", b.Status.Instance))
-	return ctrl.Result{}, nil
-}
+func ptrTo[T any](v T) *T { return &v }
 
-func (r *BackupReconciler) askBackup(ctx context.Context, ic *instanceClient, m *member, name string) (instanceapi.BackupStatus, error) {
+func (r *BackupReconciler) askBackup(ctx context.Context, ic *instanceClient, m *member, name string) backupAnswer {
 	ctx, cancel := context.WithTimeout(ctx, backupCallTimeout)
 	defer cancel()
-	return ic.backupStatus(ctx, m.pod, name)
+	rep, err := ic.backupStatus(ctx, m.pod, name)
+	code, _ := apiErrorCode(err)
+	return backupAnswer{rep: rep, notFound: code == http.StatusNotFound, err: err}
 }
 
 // report records the instance manager's report of a running backup.

@@ -177,3 +177,53 @@ func ptrTime(t time.Time) *metav1.Time {
 func backupLocation(c *tuskv1alpha1.PostgresCluster, name string) string {
 	return "s3://" + c.Spec.Backup.ObjectStore.Bucket + "/" + strings.Trim(archivePath(c), "/") + "/base/" + name + "/"
 }
+
+// backupAnswer is one instance manager's answer about a backup.
+type backupAnswer struct {
+	rep instanceapi.BackupStatus
+	// notFound: the manager did not take it since it started, and the
+	// store has no record of it (404).
+	notFound bool
+	// err: no answer, or another error (notFound included).
+	err error
+}
+
+// followAction is what an answer about a Running backup leads to.
+type followAction int
+
+const (
+	// followWait: ask again later (no answer yet).
+	followWait followAction = iota
+	// followReport: apply the report returned.
+	followReport
+	// followRestarted: the backup's instance manager restarted during it.
+	followRestarted
+	// followInstanceGone: the backup's instance is gone, and no other
+	// instance finds the backup complete in the store.
+	followInstanceGone
+)
+
+// decideFollow reads the answer of the backup's instance (own, nil when
+// its pod is gone) or, without one, the other instances' answers.
+func decideFollow(own *backupAnswer, others []backupAnswer) (followAction, instanceapi.BackupStatus) {
+	if own != nil {
+		switch {
+		case own.notFound:
+			return followRestarted, instanceapi.BackupStatus{}
+		case own.err != nil:
+			return followWait, instanceapi.BackupStatus{}
+		}
+		return followReport, own.rep
+	}
+	answered := false
+	for _, a := range others {
+		if a.err == nil && a.rep.Phase == instanceapi.BackupCompleted {
+			return followReport, a.rep
+		}
+		answered = answered || a.notFound
+	}
+	if answered {
+		return followInstanceGone, instanceapi.BackupStatus{}
+	}
+	return followWait, instanceapi.BackupStatus{}
+}

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -200,5 +201,37 @@ func TestBackupLocation(t *testing.T) {
 	c.Spec.Backup.ObjectStore.Path = "/prod/orders/"
 	if got := backupLocation(c, "b1"); got != "s3://bk/prod/orders/base/b1/" {
 		t.Errorf("path /prod/orders/: %q", got)
+	}
+}
+
+func TestDecideFollow(t *testing.T) {
+	running := backupAnswer{rep: instanceapi.BackupStatus{Name: "b", Phase: instanceapi.BackupRunning}}
+	completed := backupAnswer{rep: instanceapi.BackupStatus{Name: "b", Phase: instanceapi.BackupCompleted}}
+	failed := backupAnswer{rep: instanceapi.BackupStatus{Name: "b", Phase: instanceapi.BackupFailed, Error: "x"}}
+	notFound := backupAnswer{notFound: true, err: errors.New("answered 404")}
+	silent := backupAnswer{err: errors.New("connection refused")}
+	tests := []struct {
+		name   string
+		own    *backupAnswer
+		others []backupAnswer
+		want   followAction
+		phase  instanceapi.BackupPhase
+	}{
+		{"running", &running, nil, followReport, instanceapi.BackupRunning},
+		{"completed", &completed, nil, followReport, instanceapi.BackupCompleted},
+		{"failed", &failed, nil, followReport, instanceapi.BackupFailed},
+		{"the manager restarted", &notFound, nil, followRestarted, ""},
+		{"no answer", &silent, nil, followWait, ""},
+		{"gone, another finds it complete", nil, []backupAnswer{notFound, completed}, followReport, instanceapi.BackupCompleted},
+		{"gone, not in the store", nil, []backupAnswer{silent, notFound}, followInstanceGone, ""},
+		{"gone, nobody answers", nil, []backupAnswer{silent}, followWait, ""},
+		{"gone, no other instance", nil, nil, followWait, ""},
+		{"gone, another says running (cannot be: ignored)", nil, []backupAnswer{running}, followWait, ""},
+	}
+	for _, tt := range tests {
+		got, rep := decideFollow(tt.own, tt.others)
+		if got != tt.want || rep.Phase != tt.phase {
+			t.Errorf("%s: %v with phase %q, want %v with %q", tt.name, got, rep.Phase, tt.want, tt.phase)
+		}
 	}
 }
