@@ -172,6 +172,8 @@ type Manager struct {
 	// directory was left as it was; Unfence prepares it.
 	unprepared bool
 
+	backups backups // the base backups taken since the manager started
+
 	mu       sync.Mutex // guards what the HTTP handlers read
 	state    state
 	postgres *supervisor.Postmaster
