@@ -68,7 +68,7 @@ type Plan struct {
 	FirstRecoverabilityPoint time.Time
 }
 
-// WALBoundary: an archived segment (or .partial segment, or backup
+// WALBoundary says which archived WAL goes: a segment (or .partial segment, or backup
 // history file) is deleted when its segment number is below Before and its
 // timeline is at most MaxTimeline. Segment numbers, not names, are
 // compared: a name starts with its timeline, so name order is not WAL
