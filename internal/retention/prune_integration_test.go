@@ -19,7 +19,7 @@ import (
 )
 
 // storeAt is a Store on the test server under path.
-func storeAt(t *testing.T, s3 *testenv.S3, path string) *objectstore.Store {
+func storeAt(t testing.TB, s3 *testenv.S3, path string) *objectstore.Store {
 	t.Helper()
 	store, err := objectstore.New(objectstore.Config{
 		Endpoint: s3.Endpoint, Bucket: s3.Bucket, Path: path, Region: "us-east-1",
@@ -31,7 +31,7 @@ func storeAt(t *testing.T, s3 *testenv.S3, path string) *objectstore.Store {
 	return store
 }
 
-func put(t *testing.T, store *objectstore.Store, key string, data []byte) {
+func put(t testing.TB, store *objectstore.Store, key string, data []byte) {
 	t.Helper()
 	if err := store.Put(context.Background(), key, bytes.NewReader(data), nil); err != nil {
 		t.Fatal(err)
@@ -62,7 +62,7 @@ func putBackup(t *testing.T, store *objectstore.Store, name string, endDaysAgo i
 }
 
 // putWAL archives files by name where the archive puts them.
-func putWAL(t *testing.T, store *objectstore.Store, names ...string) {
+func putWAL(t testing.TB, store *objectstore.Store, names ...string) {
 	t.Helper()
 	for _, name := range names {
 		key, err := walarchive.Key(name)
