@@ -453,6 +453,38 @@ type PostgresClusterStatus struct {
 	// last reported it (pg_stat_archiver). Absent without spec.backup.
 	// +optional
 	Archive *ArchiveStatus `json:"archive,omitempty"`
+
+	// Backup is the state of scheduled base backups and retention. Absent
+	// without spec.backup.
+	// +optional
+	Backup *BackupStatus `json:"backup,omitempty"`
+}
+
+// BackupStatus is the state of a cluster's scheduled base backups and of
+// their retention.
+type BackupStatus struct {
+	// LastScheduleTime is the scheduled time of the last backup the
+	// schedule created (its name ends with this time, UTC).
+	// +optional
+	LastScheduleTime *metav1.Time `json:"lastScheduleTime,omitempty"`
+
+	// LastScheduledBackup is the PostgresBackup the schedule created last.
+	// +optional
+	LastScheduledBackup string `json:"lastScheduledBackup,omitempty"`
+
+	// NextScheduleTime is when the schedule takes the next backup.
+	// +optional
+	NextScheduleTime *metav1.Time `json:"nextScheduleTime,omitempty"`
+
+	// FirstRecoverabilityPoint is the earliest time the cluster can be
+	// recovered to from its object store: the end of the oldest base
+	// backup retention keeps. Set by retention.
+	// +optional
+	FirstRecoverabilityPoint *metav1.Time `json:"firstRecoverabilityPoint,omitempty"`
+
+	// LastRetentionTime is when retention last ran to the end.
+	// +optional
+	LastRetentionTime *metav1.Time `json:"lastRetentionTime,omitempty"`
 }
 
 // ArchiveStatus is the health of continuous WAL archiving.

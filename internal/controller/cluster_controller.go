@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -40,6 +41,9 @@ type Config struct {
 	// InstanceManagerImage is the image with the tusk binary that the
 	// PostgreSQL pods' init container copies (the operator's own image).
 	InstanceManagerImage string
+	// Clock is the time backup schedules and retention go by: the real
+	// clock when nil (tests set a fake one).
+	Clock clock.PassiveClock
 }
 
 // ClusterReconciler drives PostgresClusters towards their spec.

@@ -18,6 +18,10 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 	if err := clusters.SetupWithManager(mgr); err != nil {
 		return err
 	}
+	schedules := &BackupScheduleReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("tusk"), Clock: cfg.Clock}
+	if err := schedules.SetupWithManager(mgr); err != nil {
+		return err
+	}
 	return (&BackupReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("tusk")}).SetupWithManager(mgr)
 }
 

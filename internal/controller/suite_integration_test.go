@@ -43,7 +43,9 @@ func runSuite(m *testing.M) int {
 		Metrics: metricsserver.Options{BindAddress: "0"},
 	})
 	if err == nil {
-		err = SetupWithManager(mgr, testConfig)
+		cfg := testConfig
+		cfg.Clock = backupClock
+		err = SetupWithManager(mgr, cfg)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

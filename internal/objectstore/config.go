@@ -53,6 +53,9 @@ type Config struct {
 	// CAFile is a PEM bundle of certificate authorities trusted, besides
 	// the system's, for an https endpoint.
 	CAFile string `json:"caFile,omitempty"`
+	// CA is a PEM bundle given in memory instead of CAFile (the operator
+	// reads it from a Secret); never serialised.
+	CA []byte `json:"-"`
 
 	// PartSize is the part size of uploads (DefaultPartSize when zero).
 	PartSize uint64 `json:"partSize,omitempty"`
@@ -132,19 +135,26 @@ func (c Config) transport() (*http.Transport, error) {
 	}
 	tr = tr.Clone()
 	tr.ResponseHeaderTimeout = 2 * time.Minute
-	if c.CAFile == "" {
-		return tr, nil
+	if c.CAFile != "" && len(c.CA) > 0 {
+		return nil, errors.New("the object store CA bundle is given both directly and as a file: give one")
 	}
-	pem, err := os.ReadFile(c.CAFile)
-	if err != nil {
-		return nil, fmt.Errorf("while reading the object store's CA bundle: %w", err)
+	pem, source := c.CA, "given"
+	if c.CAFile != "" {
+		var err error
+		if pem, err = os.ReadFile(c.CAFile); err != nil {
+			return nil, fmt.Errorf("while reading the object store's CA bundle: %w", err)
+		}
+		source = c.CAFile
+	}
+	if len(pem) == 0 {
+		return tr, nil
 	}
 	pool, err := x509.SystemCertPool()
 	if err != nil || pool == nil {
 		pool = x509.NewCertPool()
 	}
 	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("object store CA bundle %s holds no PEM certificate", c.CAFile)
+		return nil, fmt.Errorf("object store CA bundle %s holds no PEM certificate", source)
 	}
 	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	return tr, nil

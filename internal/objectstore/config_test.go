@@ -105,10 +105,14 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 	base := Config{Endpoint: "http://127.0.0.1:9000", Bucket: "b"}
 	cases := map[string]func(*Config){
-		"names no bucket":          func(c *Config) { c.Bucket = "" },
-		"holds no PEM certificate": func(c *Config) { c.CAFile = notPEM },
-		"below S3's minimum":       func(c *Config) { c.PartSize = 1 << 20 },
-		"not a clean":              func(c *Config) { c.Path = "a/../../b" },
+		"names no bucket":           func(c *Config) { c.Bucket = "" },
+		"holds no PEM certificate":  func(c *Config) { c.CAFile = notPEM },
+		"bundle given holds no PEM": func(c *Config) { c.CA = []byte("not a certificate") },
+		"both directly and as a file": func(c *Config) {
+			c.CAFile, c.CA = notPEM, []byte("x")
+		},
+		"below S3's minimum": func(c *Config) { c.PartSize = 1 << 20 },
+		"not a clean":        func(c *Config) { c.Path = "a/../../b" },
 	}
 	for want, change := range cases {
 		cfg := base

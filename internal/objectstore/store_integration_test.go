@@ -239,6 +239,10 @@ func TestTLSEndpointWithCABundle(t *testing.T) {
 	}
 	checkGet(t, st, "k", []byte("over TLS"))
 
+	inMemory := config(s3) // as the operator reads it from a Secret
+	inMemory.CAFile, inMemory.CA = "", ca.CertPEM
+	checkGet(t, newStore(t, inMemory), "k", []byte("over TLS"))
+
 	untrusting := config(s3)
 	untrusting.CAFile = ""
 	err = newStore(t, untrusting).Check(ctx(t))
