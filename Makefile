@@ -123,6 +123,10 @@ cluster-status: ## Node readiness and component health of the local cluster.
 images: ## Build the operator and PostgreSQL images; load them into the local cluster or kind when KUBECONFIG points at one.
 	hack/images.sh images
 
+.PHONY: test-images
+test-images: ## Build the images only the e2e tests run (the MinIO S3 server) and load them like make images.
+	hack/images.sh images minio
+
 .PHONY: deploy
 deploy: ## Install the operator (config/default) into the cluster in KUBECONFIG and wait for it.
 	kubectl apply -k config/default
@@ -138,7 +142,7 @@ E2E_ARTIFACTS ?= $(CURDIR)/.cache/e2e-artifacts
 E2E_FLAGS ?= -count=1 -timeout=60m
 
 .PHONY: e2e
-e2e: images deploy ## End-to-end tests against the cluster in KUBECONFIG (the local cluster by default).
+e2e: images test-images deploy ## End-to-end tests against the cluster in KUBECONFIG (the local cluster by default).
 	E2E_ARTIFACTS=$(E2E_ARTIFACTS) $(GOTESTSUM) --format standard-verbose -- $(E2E_FLAGS) -tags e2e ./test/e2e/...
 
 # make chaos: SEED orders the faults; DURATION (a Go duration) keeps

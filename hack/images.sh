@@ -8,8 +8,9 @@
 #   hack/images.sh images [IMAGE...]  build, then load when KUBECONFIG points at
 #                                     the local cluster or kind (`make images`)
 #
-# IMAGE: operator postgres-15 postgres-17 pause coredns (default: operator
-# postgres-15 postgres-17). Images are written by hack/imagebuild
+# IMAGE: operator postgres-15 postgres-17 pause coredns minio (default:
+# operator postgres-15 postgres-17; minio is the S3 server the backup e2e
+# tests run in the cluster). Images are written by hack/imagebuild
 # (go-containerregistry, the library behind crane). PostgreSQL root
 # filesystems come from Debian packages via debootstrap and are cached under
 # TUSK_CACHE_DIR keyed by their recipe; the operator image is rebuilt from
@@ -24,6 +25,7 @@ DEFAULT_IMAGES=(operator postgres-15 postgres-17)
 OPERATOR_TAG=tusk/operator:dev
 PAUSE_TAG=tusk/pause:dev
 COREDNS_TAG=tusk/coredns:1.15.0
+MINIO_TAG=tusk/minio:dev
 NONROOT=65532:65532
 
 # imagebuild prints the path of the image writer, built once per recipe.
@@ -139,6 +141,8 @@ build_pause() {
 
 build_coredns() { build_static coredns "$COREDNS_TAG" "$("$here/build-coredns.sh")" /coredns; }
 
+build_minio() { build_static minio "$MINIO_TAG" "$("$here/install-minio.sh")" /minio; }
+
 build_one() {
   case $1 in
     operator) build_operator ;;
@@ -146,7 +150,8 @@ build_one() {
     postgres-17) build_postgres trixie 17 ;;
     pause) build_pause ;;
     coredns) build_coredns ;;
-    *) die "unknown image $1: want operator, postgres-15, postgres-17, pause or coredns." ;;
+    minio) build_minio ;;
+    *) die "unknown image $1: want operator, postgres-15, postgres-17, pause, coredns or minio." ;;
   esac
 }
 

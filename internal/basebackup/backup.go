@@ -56,6 +56,12 @@ type Options struct {
 	Runner Runner
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// BeforeRecord, when set, runs once the data object is complete and
+	// verified, before the record is written; an error fails the backup
+	// (and removes the data object). A backup from a standby waits there
+	// for the WAL up to EndLSN to be archived: PostgreSQL does not wait
+	// for that on a standby unless archive_mode is always.
+	BeforeRecord func(ctx context.Context, rec *Record) error
 }
 
 // server is what Backup asks the instance before the backup.
@@ -93,6 +99,12 @@ func Backup(ctx context.Context, o Options) (*Record, error) {
 		return nil, err
 	}
 	rec.EndTime = o.Now().UTC()
+	if o.BeforeRecord != nil {
+		if err := o.BeforeRecord(ctx, rec); err != nil {
+			_ = o.Store.Delete(context.WithoutCancel(ctx), DataKey(o.Name))
+			return nil, fmt.Errorf("while completing backup %q: %w", o.Name, err)
+		}
+	}
 	if err := rec.save(ctx, o.Store); err != nil {
 		_ = o.Store.Delete(context.WithoutCancel(ctx), DataKey(o.Name))
 		return nil, fmt.Errorf("while writing the record of backup %q: %w", o.Name, err)

@@ -146,6 +146,12 @@ func (o RestoreOptions) writeRecoverySettings() error {
 	if err != nil {
 		return fmt.Errorf("while writing the recovery settings: %w", err)
 	}
+	// A backup taken from a standby holds its standby.signal, which would
+	// make the restored copy a standby of the source's primary instead of
+	// recovering from the archive and promoting.
+	if err := os.Remove(filepath.Join(o.TargetDir, "standby.signal")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("while removing the source's standby.signal: %w", err)
+	}
 	return os.WriteFile(filepath.Join(o.TargetDir, "recovery.signal"), nil, 0o600)
 }
 

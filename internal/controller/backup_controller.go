@@ -2,54 +2,383 @@ package controller
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/instanceapi"
 )
 
-// BackupReconciler takes the base backups PostgresBackups ask for.
+// How often a backup is looked at while it runs, and while it waits for a
+// ready instance.
+const (
+	backupPoll         = 5 * time.Second
+	backupWaitInstance = 15 * time.Second
+	backupCallTimeout  = 15 * time.Second
+)
+
+// BackupReconciler takes the base backups PostgresBackups ask for: it
+// chooses an instance, asks its instance manager to take the backup, and
+// follows it to Completed or Failed.
 type BackupReconciler struct {
 	client.Client
+	Recorder events.EventRecorder
+	clients  instanceClients
+
+	// started are the backups this operator started and has not seen end,
+	// by cluster: the cache may not show a Running status written a moment
+	// ago, and one cluster takes one backup at a time.
+	mu      sync.Mutex
+	started map[types.NamespacedName]startedBackup
 }
+
+// startedBackup is a backup this operator asked an instance to take.
+type startedBackup struct{ name, instance string }
 
 // +kubebuilder:rbac:groups=tusk.dev,resources=postgresbackups,verbs=get;list;watch
 // +kubebuilder:rbac:groups=tusk.dev,resources=postgresbackups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=tusk.dev,resources=postgresclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods;persistentvolumeclaims,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile observes one PostgresBackup and writes what it saw to status.
+// Reconcile moves one PostgresBackup a step: get → ended? → find the
+// cluster → start or follow the backup → one status write.
 func (r *BackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	backup := &tuskv1alpha1.PostgresBackup{}
-	if err := r.Get(ctx, req.NamespacedName, backup); err != nil {
+	b := &tuskv1alpha1.PostgresBackup{}
+	if err := r.Get(ctx, req.NamespacedName, b); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	original := backup.DeepCopy()
-	setBackupStatus(backup)
-	return ctrl.Result{}, patchStatusIfChanged(ctx, r.Client, original, backup, original.Status, backup.Status)
+	if backupEnded(b) {
+		return ctrl.Result{}, nil
+	}
+	original := b.DeepCopy()
+	result, err := r.reconcileBackup(ctx, b)
+	if backupEnded(b) {
+		r.ended(b)
+	}
+	if perr := patchStatusIfChanged(ctx, r.Client, original, b, original.Status, b.Status); perr != nil {
+		return ctrl.Result{}, errors.Join(err, perr)
+	}
+	return result, err
 }
 
-// setBackupStatus records that the backup is seen but cannot be taken by this
-// build; it stays Pending rather than pretending to run or fail.
-func setBackupStatus(backup *tuskv1alpha1.PostgresBackup) {
-	backup.Status.ObservedGeneration = backup.Generation
-	if backup.Status.Phase == "" {
-		backup.Status.Phase = tuskv1alpha1.BackupPhasePending
+func backupEnded(b *tuskv1alpha1.PostgresBackup) bool {
+	return b.Status.Phase == tuskv1alpha1.BackupPhaseCompleted || b.Status.Phase == tuskv1alpha1.BackupPhaseFailed
+}
+
+func (r *BackupReconciler) reconcileBackup(ctx context.Context, b *tuskv1alpha1.PostgresBackup) (ctrl.Result, error) {
+	c := &tuskv1alpha1.PostgresCluster{}
+	err := r.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.Cluster.Name}, c)
+	if apierrors.IsNotFound(err) {
+		if b.Status.Phase == tuskv1alpha1.BackupPhaseRunning {
+			r.fail(b, ReasonBackupFailed, fmt.Sprintf("the PostgresCluster %s was deleted during the backup", b.Spec.Cluster.Name))
+			return ctrl.Result{}, nil
+		}
+		r.waitForCluster(b)
+		return ctrl.Result{}, nil // the PostgresCluster watch wakes it
 	}
-	meta.SetStatusCondition(&backup.Status.Conditions, metav1.Condition{
-		Type:               ConditionReady,
-		Status:             metav1.ConditionUnknown,
-		Reason:             ReasonBackupNotImplemented,
-		Message:            "This Tusk build records PostgresBackups but does not take base backups yet",
-		ObservedGeneration: backup.Generation,
-	})
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("while reading the PostgresCluster %s: %w", b.Spec.Cluster.Name, err)
+	}
+	if b.Status.Phase == tuskv1alpha1.BackupPhaseRunning {
+		return r.follow(ctx, b, c)
+	}
+	return r.start(ctx, b, c)
+}
+
+// waitForCluster keeps the backup Pending until its cluster exists.
+func (r *BackupReconciler) waitForCluster(b *tuskv1alpha1.PostgresBackup) {
+	b.Status.Phase = tuskv1alpha1.BackupPhasePending
+	msg := fmt.Sprintf("the PostgresCluster %s does not exist in namespace %s; the backup starts when it is created",
+		b.Spec.Cluster.Name, b.Namespace)
+	if cond := meta.FindStatusCondition(b.Status.Conditions, ConditionReady); cond == nil || cond.Reason != ReasonClusterNotFound {
+		r.event(b, corev1.EventTypeWarning, ReasonClusterNotFound, "%s", msg)
+	}
+	setBackupCondition(b, metav1.ConditionFalse, ReasonClusterNotFound, msg)
+}
+
+// waitForInstance keeps the backup Pending until an instance can take it.
+func (r *BackupReconciler) waitForInstance(b *tuskv1alpha1.PostgresBackup, why string) (ctrl.Result, error) {
+	b.Status.Phase = tuskv1alpha1.BackupPhasePending
+	setBackupCondition(b, metav1.ConditionFalse, ReasonWaitingForInstance, why)
+	return ctrl.Result{RequeueAfter: backupWaitInstance}, nil
+}
+
+// start refuses what cannot be backed up, chooses the instance and asks
+// its instance manager to take the backup.
+func (r *BackupReconciler) start(ctx context.Context, b *tuskv1alpha1.PostgresBackup, c *tuskv1alpha1.PostgresCluster) (ctrl.Result, error) {
+	if c.Spec.Backup == nil {
+		r.fail(b, ReasonBackupNotConfigured, fmt.Sprintf("the PostgresCluster %s has no spec.backup: set spec.backup.objectStore "+
+			"to archive its WAL and take base backups, then create the PostgresBackup again", c.Name))
+		return ctrl.Result{}, nil
+	}
+	other, err := r.otherRunning(ctx, b)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if other != "" {
+		r.fail(b, ReasonBackupAlreadyRunning, fmt.Sprintf("backup %s of the PostgresCluster %s is already running: Tusk takes one "+
+			"base backup of a cluster at a time; create this one again once %s has ended", other, c.Name, other))
+		return ctrl.Result{}, nil
+	}
+	ic, v, err := r.observe(ctx, c)
+	if err != nil || ic == nil {
+		return r.waitForInstance(b, "waiting for the cluster's certificates: "+errString(err, "the CA Secret does not exist yet"))
+	}
+	target := backupTarget(b, c)
+	name := r.startedOn(b)
+	if name == "" {
+		name = chooseBackupInstance(target, backupCandidates(c, v))
+	}
+	if m := v.member(name); m == nil || m.pod == nil || m.status == nil {
+		name = ""
+	}
+	if name == "" {
+		return r.waitForInstance(b, fmt.Sprintf("waiting for a ready instance to back up (target %s)", target))
+	}
+	return r.startOn(ctx, b, c, ic, v.member(name))
+}
+
+func errString(err error, otherwise string) string {
+	if err != nil {
+		return err.Error()
+	}
+	return otherwise
+}
+
+// startOn asks m's instance manager for the backup. A repeated request
+// (the answer to the first was lost) reports the same backup.
+func (r *BackupReconciler) startOn(ctx context.Context, b *tuskv1alpha1.PostgresBackup, c *tuskv1alpha1.PostgresCluster,
+	ic *instanceClient, m *member) (ctrl.Result, error) {
+	callCtx, cancel := context.WithTimeout(ctx, backupCallTimeout)
+	defer cancel()
+	rep, err := ic.startBackup(callCtx, m.pod, b.Name)
+	if code, apiErr := apiErrorCode(err); code == http.StatusConflict || code == http.StatusBadRequest {
+		r.fail(b, ReasonBackupFailed, fmt.Sprintf("instance %s refused the backup: %s", m.name, apiErr.message()))
+		return ctrl.Result{}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("while starting the backup on %s: %w", m.name, err)
+	}
+	r.markStarted(b, m.name)
+	role := "replica"
+	if m.status.Role == instanceapi.RolePrimary {
+		role = "primary"
+	}
+	st := &b.Status
+	st.Phase, st.Instance = tuskv1alpha1.BackupPhaseRunning, m.name
+	st.StartedAt = ptrTime(time.Now())
+	st.ObjectStore = c.Spec.Backup.ObjectStore.DeepCopy()
+	st.Location = backupLocation(c, b.Name)
+	if rep.Location != "" {
+		st.Location = rep.Location
+	}
+	msg := fmt.Sprintf("taking a base backup of %s on instance %s (%s) to %s", c.Name, m.name, role, st.Location)
+	setBackupCondition(b, metav1.ConditionFalse, ReasonBackupRunning, msg)
+	r.event(b, corev1.EventTypeNormal, ReasonBackupStarted, "Taking a base backup of %s on instance %s (%s)", c.Name, m.name, role)
+	ctrlLog(ctx).Info("Started a base backup", "cluster", c.Name, "instance", m.name, "role", role)
+	return ctrl.Result{RequeueAfter: backupPoll}, nil
+}
+
+// follow asks the instance that takes the backup how it goes. When its
+// manager restarted it no longer knows the backup: it looks for the
+// backup's record in the store, and answers 404 when the backup did not
+// complete. When the instance is gone, the others look in the store.
+func (r *BackupReconciler) follow(ctx context.Context, b *tuskv1alpha1.PostgresBackup, c *tuskv1alpha1.PostgresCluster) (ctrl.Result, error) {
+	ic, v, err := r.observe(ctx, c)
+	if err != nil || ic == nil {
+		ctrlLog(ctx).Info("Cannot reach the instances to follow the backup", "error", errString(err, "no CA Secret"))
+		return ctrl.Result{RequeueAfter: backupPoll}, nil
+	}
+	var own *backupAnswer
+	var others []backupAnswer
+	if m := v.member(b.Status.Instance); m != nil && m.pod != nil && m.pod.DeletionTimestamp == nil {
+		own = ptr.To(r.askBackup(ctx, ic, m, b.Name))
+	} else {
+		for _, m := range v.members {
+			if m.status != nil && m.name != b.Status.Instance {
+				others = append(others, r.askBackup(ctx, ic, m, b.Name))
+			}
+		}
+	}
+	action, rep := decideFollow(own, others)
+	switch action {
+	case followReport:
+		return r.report(ctx, b, c, rep), nil
+	case followRestarted:
+		r.fail(b, ReasonBackupFailed, fmt.Sprintf("the instance manager of %s restarted during the backup, which did not complete "+
+			"(the object store has no record of it); create a new PostgresBackup", b.Status.Instance))
+		return ctrl.Result{}, nil
+	case followInstanceGone:
+		r.fail(b, ReasonBackupFailed, fmt.Sprintf("instance %s was deleted during the backup, which did not complete "+
+			"(the object store has no record of it); create a new PostgresBackup", b.Status.Instance))
+		return ctrl.Result{}, nil
+	}
+	if own != nil && own.err != nil {
+		ctrlLog(ctx).Info("Asking about the backup", "instance", b.Status.Instance, "error", own.err.Error())
+	}
+	return ctrl.Result{RequeueAfter: backupPoll}, nil
+}
+
+func (r *BackupReconciler) askBackup(ctx context.Context, ic *instanceClient, m *member, name string) backupAnswer {
+	ctx, cancel := context.WithTimeout(ctx, backupCallTimeout)
+	defer cancel()
+	rep, err := ic.backupStatus(ctx, m.pod, name)
+	code, _ := apiErrorCode(err)
+	return backupAnswer{rep: rep, notFound: code == http.StatusNotFound, err: err}
+}
+
+// report records the instance manager's report of a running backup.
+func (r *BackupReconciler) report(ctx context.Context, b *tuskv1alpha1.PostgresBackup, c *tuskv1alpha1.PostgresCluster,
+	rep instanceapi.BackupStatus) ctrl.Result {
+	switch applyBackupReport(b, rep, time.Now()) {
+	case backupSucceeded:
+		st := b.Status
+		msg := fmt.Sprintf("base backup of %s completed on instance %s: WAL %s to %s on timeline %d, %d bytes at %s",
+			c.Name, st.Instance, st.BeginLSN, st.EndLSN, st.Timeline, st.SizeBytes, st.Location)
+		setBackupCondition(b, metav1.ConditionTrue, ReasonBackupCompleted, msg)
+		r.event(b, corev1.EventTypeNormal, ReasonBackupCompleted, "%s", msg)
+		ctrlLog(ctx).Info("Base backup completed", "instance", st.Instance, "endLSN", st.EndLSN, "sizeBytes", st.SizeBytes)
+		observeBackupEnd(b)
+		return ctrl.Result{}
+	case backupFailedOnInstance:
+		r.event(b, corev1.EventTypeWarning, ReasonBackupFailed, "%s", b.Status.Error)
+		observeBackupEnd(b)
+		return ctrl.Result{}
+	}
+	msg := fmt.Sprintf("taking a base backup of %s on instance %s", c.Name, b.Status.Instance)
+	if rep.WaitingForWAL != "" {
+		msg += fmt.Sprintf("; waiting for the primary to archive WAL segment %s, the backup's last", rep.WaitingForWAL)
+	}
+	setBackupCondition(b, metav1.ConditionFalse, ReasonBackupRunning, msg)
+	return ctrl.Result{RequeueAfter: backupPoll}
+}
+
+// fail marks the backup Failed, with a Warning Event.
+func (r *BackupReconciler) fail(b *tuskv1alpha1.PostgresBackup, reason, message string) {
+	failBackup(b, reason, message, time.Now())
+	r.event(b, corev1.EventTypeWarning, ReasonBackupFailed, "%s", message)
+	observeBackupEnd(b)
+}
+
+// observe reads the cluster's instances: nil client (and no error) while
+// its CA Secret does not exist.
+func (r *BackupReconciler) observe(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (*instanceClient, *view, error) {
+	ca := &corev1.Secret{}
+	err := r.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: caSecretName(c)}, ca)
+	if apierrors.IsNotFound(err) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("while reading the CA Secret: %w", err)
+	}
+	ic, err := r.clients.get(client.ObjectKeyFromObject(c), ca, instanceServerName(c))
+	if err != nil {
+		return nil, nil, err
+	}
+	v, err := observeCluster(ctx, r.Client, c, ic)
+	return ic, v, err
+}
+
+// otherRunning names another Running backup of the same cluster, from the
+// cache or from what this operator started.
+func (r *BackupReconciler) otherRunning(ctx context.Context, b *tuskv1alpha1.PostgresBackup) (string, error) {
+	var list tuskv1alpha1.PostgresBackupList
+	if err := r.List(ctx, &list, client.InNamespace(b.Namespace)); err != nil {
+		return "", fmt.Errorf("while listing the backups: %w", err)
+	}
+	if other := otherRunningBackup(b, list.Items); other != "" {
+		return other, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if other := r.started[clusterOfBackup(b)].name; other != "" && other != b.Name {
+		for i := range list.Items {
+			if o := &list.Items[i]; o.Name == other && !backupEnded(o) {
+				return other, nil
+			}
+		}
+	}
+	return "", nil
+}
+
+func clusterOfBackup(b *tuskv1alpha1.PostgresBackup) types.NamespacedName {
+	return types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.Cluster.Name}
+}
+
+func (r *BackupReconciler) markStarted(b *tuskv1alpha1.PostgresBackup, instance string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started == nil {
+		r.started = map[types.NamespacedName]startedBackup{}
+	}
+	r.started[clusterOfBackup(b)] = startedBackup{name: b.Name, instance: instance}
+}
+
+// startedOn is the instance this operator asked for backup b, when its
+// Running status was not written (or not seen yet): asking it again
+// reports the same backup instead of starting a second one elsewhere.
+func (r *BackupReconciler) startedOn(b *tuskv1alpha1.PostgresBackup) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.started[clusterOfBackup(b)]; s.name == b.Name {
+		return s.instance
+	}
+	return ""
+}
+
+func (r *BackupReconciler) ended(b *tuskv1alpha1.PostgresBackup) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started[clusterOfBackup(b)].name == b.Name {
+		delete(r.started, clusterOfBackup(b))
+	}
+}
+
+func (r *BackupReconciler) event(b *tuskv1alpha1.PostgresBackup, eventType, reason, note string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(b, nil, eventType, reason, "Backup", note, args...)
+	}
+}
+
+// backupsOfCluster maps a PostgresCluster to its backups that have not
+// ended: one waiting for the cluster to exist starts when it does.
+func (r *BackupReconciler) backupsOfCluster(ctx context.Context, o client.Object) []reconcile.Request {
+	var list tuskv1alpha1.PostgresBackupList
+	if err := r.List(ctx, &list, client.InNamespace(o.GetNamespace())); err != nil {
+		ctrlLog(ctx).Error(err, "Listing the backups of a cluster", "cluster", o.GetName())
+		return nil
+	}
+	var requests []reconcile.Request
+	for i := range list.Items {
+		if b := &list.Items[i]; b.Spec.Cluster.Name == o.GetName() && !backupEnded(b) {
+			requests = append(requests, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(b)})
+		}
+	}
+	return requests
 }
 
 // SetupWithManager registers the reconciler with mgr.
 func (r *BackupReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tuskv1alpha1.PostgresBackup{}).
+		Watches(&tuskv1alpha1.PostgresCluster{}, handler.EnqueueRequestsFromMapFunc(r.backupsOfCluster)).
 		Named("postgresbackup").
 		Complete(r)
 }

@@ -5,6 +5,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,30 +17,91 @@ import (
 	"tusk.dev/tusk/internal/testenv"
 )
 
-func TestBackupStaysPendingWithAReason(t *testing.T) {
-	ctx := context.Background()
-	backup := &tuskv1alpha1.PostgresBackup{
-		ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: newNamespace(t)},
-		Spec:       tuskv1alpha1.PostgresBackupSpec{Cluster: corev1.LocalObjectReference{Name: "pg"}},
+func newBackup(ns, name, cluster string) *tuskv1alpha1.PostgresBackup {
+	return &tuskv1alpha1.PostgresBackup{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       tuskv1alpha1.PostgresBackupSpec{Cluster: corev1.LocalObjectReference{Name: cluster}},
 	}
-	if err := env.Client.Create(ctx, backup); err != nil {
-		t.Fatal(err)
-	}
+}
+
+// backupWhen waits until the backup satisfies cond, which explains why not.
+func backupWhen(t *testing.T, b *tuskv1alpha1.PostgresBackup, cond func(b *tuskv1alpha1.PostgresBackup) error) *tuskv1alpha1.PostgresBackup {
+	t.Helper()
 	got := &tuskv1alpha1.PostgresBackup{}
 	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(backup), got); err != nil {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(b), got); err != nil {
 			return err
 		}
-		if got.Status.ObservedGeneration != got.Generation {
-			return fmt.Errorf("observedGeneration %d, generation %d", got.Status.ObservedGeneration, got.Generation)
+		return cond(got)
+	})
+	return got
+}
+
+// backupIn checks the phase and the Ready condition's reason, and that the
+// status describes the current generation.
+func backupIn(phase tuskv1alpha1.BackupPhase, reason string) func(b *tuskv1alpha1.PostgresBackup) error {
+	return func(b *tuskv1alpha1.PostgresBackup) error {
+		ready := meta.FindStatusCondition(b.Status.Conditions, ConditionReady)
+		if b.Status.Phase != phase || ready == nil || ready.Reason != reason || b.Status.ObservedGeneration != b.Generation {
+			return fmt.Errorf("backup %s: phase %q, Ready %+v, observed generation %d of %d; want %s with reason %s",
+				b.Name, b.Status.Phase, ready, b.Status.ObservedGeneration, b.Generation, phase, reason)
 		}
 		return nil
-	})
-	if got.Status.Phase != tuskv1alpha1.BackupPhasePending {
-		t.Errorf("phase %q, want Pending", got.Status.Phase)
 	}
-	ready := meta.FindStatusCondition(got.Status.Conditions, ConditionReady)
-	if ready == nil || ready.Status != metav1.ConditionUnknown || ready.Reason != ReasonBackupNotImplemented {
-		t.Errorf("Ready condition %+v, want Unknown/%s", ready, ReasonBackupNotImplemented)
+}
+
+// TestBackupWaitsForItsCluster: a backup of a cluster that does not exist
+// stays Pending with ClusterNotFound and one Warning Event; creating the
+// cluster wakes it through the PostgresCluster watch alone (nothing is
+// requeued), and a cluster without spec.backup fails it, saying so.
+func TestBackupWaitsForItsCluster(t *testing.T) {
+	ns := newNamespace(t)
+	b := newBackup(ns, "nightly", "pg")
+	create(t, b)
+	got := backupWhen(t, b, backupIn(tuskv1alpha1.BackupPhasePending, ReasonClusterNotFound))
+	if ready := meta.FindStatusCondition(got.Status.Conditions, ConditionReady); ready.Status != metav1.ConditionFalse ||
+		!strings.Contains(ready.Message, "PostgresCluster pg does not exist") {
+		t.Errorf("Ready %+v: want False, saying the cluster does not exist", ready)
+	}
+	e := waitForEvent(t, ns, ReasonClusterNotFound, "PostgresCluster pg does not exist")
+	if e.Type != corev1.EventTypeWarning || e.Regarding.Name != "nightly" {
+		t.Errorf("Event %s about %s, want a Warning about nightly", e.Type, e.Regarding.Name)
+	}
+
+	create(t, newCluster(ns)) // without spec.backup
+	got = backupWhen(t, b, backupIn(tuskv1alpha1.BackupPhaseFailed, ReasonBackupNotConfigured))
+	if !strings.Contains(got.Status.Error, "has no spec.backup") || got.Status.CompletedAt == nil || got.Status.StartedAt != nil {
+		t.Errorf("status %+v: want the reason in error, an end and no start", got.Status)
+	}
+	waitForEvent(t, ns, ReasonBackupFailed, "has no spec.backup")
+}
+
+// TestBackupRefusedWhileAnotherRuns: a second backup of a cluster whose
+// backup is Running fails at once with BackupAlreadyRunning naming the
+// running one; the running one is left alone.
+func TestBackupRefusedWhileAnotherRuns(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newBackupCluster(ns))
+	first := newBackup(ns, "first", "pg")
+	create(t, first)
+	// No instance is ready in envtest: the first one waits for one...
+	got := backupWhen(t, first, backupIn(tuskv1alpha1.BackupPhasePending, ReasonWaitingForInstance))
+	// ...and is made Running as if one had taken it.
+	got.Status.Phase, got.Status.Instance = tuskv1alpha1.BackupPhaseRunning, "pg-1"
+	got.Status.StartedAt = ptrTime(got.CreationTimestamp.Time)
+	if err := env.Client.Status().Update(context.Background(), got); err != nil {
+		t.Fatal(err)
+	}
+
+	second := newBackup(ns, "second", "pg")
+	second.Spec.Target = tuskv1alpha1.BackupTargetPrimary
+	create(t, second)
+	refused := backupWhen(t, second, backupIn(tuskv1alpha1.BackupPhaseFailed, ReasonBackupAlreadyRunning))
+	if !strings.Contains(refused.Status.Error, "backup first of the PostgresCluster pg is already running") {
+		t.Errorf("error %q: want it to name the running backup", refused.Status.Error)
+	}
+	waitForEvent(t, ns, ReasonBackupFailed, "backup first of the PostgresCluster pg is already running")
+	if running := get(t, ns, "first", &tuskv1alpha1.PostgresBackup{}); running.Status.Phase != tuskv1alpha1.BackupPhaseRunning {
+		t.Errorf("the running backup became %s", running.Status.Phase)
 	}
 }

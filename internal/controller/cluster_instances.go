@@ -231,8 +231,11 @@ func (r *ClusterReconciler) resizeVolumes(ctx context.Context, c *tuskv1alpha1.P
 	return nil
 }
 
-// crashesBeforeReclone is how many times postgres must have crashed, and be
-// crashed now, before a replica's data is judged unusable.
+// crashesBeforeReclone is how many times in a row postgres must have
+// crashed, each soon after starting, and be crashed now, before a replica's
+// data is judged unusable. Crashes of separate faults (a killed process, a
+// fence, a rejoin after a failover) do not add up: the instance manager
+// ends a streak once postgres has run for a while.
 const crashesBeforeReclone = 5
 
 // recloneBrokenReplica replaces a replica whose postgres keeps crashing
@@ -258,14 +261,14 @@ func (r *ClusterReconciler) recloneBrokenReplica(ctx context.Context, c *tuskv1a
 	if broken == nil {
 		return false, nil
 	}
-	r.event(c, corev1.EventTypeWarning, "RecloningInstance", "Heal", "Replacing replica %s with a fresh copy of the primary: postgres crashed %d times (%s)",
-		broken.name, broken.status.Restarts, broken.status.LastError)
+	r.event(c, corev1.EventTypeWarning, "RecloningInstance", "Heal", "Replacing replica %s with a fresh copy of the primary: postgres crashed %d times in a row (%s)",
+		broken.name, broken.status.CrashStreak, broken.status.LastError)
 	return true, r.removeInstance(ctx, broken)
 }
 
 func brokenReplica(m, primary *member) bool {
 	return m.name != primary.name && m.pod != nil && m.status != nil &&
-		m.status.Phase == instanceapi.PhaseCrashed && m.status.Restarts >= crashesBeforeReclone &&
+		m.status.Phase == instanceapi.PhaseCrashed && m.status.CrashStreak >= crashesBeforeReclone &&
 		m.pod.Annotations[AnnotationHash] == primary.pod.Annotations[AnnotationHash]
 }
 

@@ -64,6 +64,11 @@ func (v *view) readyCount() int {
 // observe lists the cluster's volumes and pods and asks every running
 // instance manager for its status, in parallel.
 func (r *ClusterReconciler) observe(ctx context.Context, c *tuskv1alpha1.PostgresCluster, ic *instanceClient) (*view, error) {
+	return observeCluster(ctx, r.Client, c, ic)
+}
+
+// observeCluster is observe for any reconciler that reads a cluster.
+func observeCluster(ctx context.Context, r client.Reader, c *tuskv1alpha1.PostgresCluster, ic *instanceClient) (*view, error) {
 	sel := client.MatchingLabels(clusterLabels(c))
 	var pvcs corev1.PersistentVolumeClaimList
 	if err := r.List(ctx, &pvcs, client.InNamespace(c.Namespace), sel); err != nil {
@@ -93,11 +98,11 @@ func (r *ClusterReconciler) observe(ctx context.Context, c *tuskv1alpha1.Postgre
 		}
 	}
 	slices.SortFunc(v.members, func(a, b *member) int { return int(a.serial - b.serial) })
-	r.fetchStatuses(ctx, v, ic)
+	fetchStatuses(ctx, v, ic)
 	return v, nil
 }
 
-func (r *ClusterReconciler) fetchStatuses(ctx context.Context, v *view, ic *instanceClient) {
+func fetchStatuses(ctx context.Context, v *view, ic *instanceClient) {
 	var wg sync.WaitGroup
 	for _, m := range v.members {
 		if m.pod == nil || m.pod.Status.PodIP == "" || m.pod.DeletionTimestamp != nil || ic == nil {

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 	"tusk.dev/tusk/internal/instanceapi"
@@ -35,12 +36,12 @@ func completedBackup(store *tuskv1alpha1.ObjectStoreSpec) *tuskv1alpha1.Postgres
 
 func TestResolveRecovery(t *testing.T) {
 	byBackup := tuskv1alpha1.RecoverySpec{Backup: &corev1.LocalObjectReference{Name: "nightly"}}
-	bySource := tuskv1alpha1.RecoverySpec{Source: ptrTo(sourceStore("prod/orders"))}
+	bySource := tuskv1alpha1.RecoverySpec{Source: ptr.To(sourceStore("prod/orders"))}
 	withBackup := func(store tuskv1alpha1.ObjectStoreSpec) func(*tuskv1alpha1.PostgresCluster) {
 		return func(c *tuskv1alpha1.PostgresCluster) { c.Spec.Backup = &tuskv1alpha1.BackupSpec{ObjectStore: store} }
 	}
 	phase := func(p tuskv1alpha1.BackupPhase) *tuskv1alpha1.PostgresBackup {
-		b := completedBackup(ptrTo(sourceStore("")))
+		b := completedBackup(ptr.To(sourceStore("")))
 		b.Status.Phase, b.Status.Error = p, "pg_basebackup failed"
 		return b
 	}
@@ -54,8 +55,8 @@ func TestResolveRecovery(t *testing.T) {
 		want string
 	}{
 		{"a completed backup: its location, path defaulting to its cluster's name", byBackup, nil,
-			completedBackup(ptrTo(sourceStore(""))), "orders, nightly"},
-		{"a completed backup with a path", byBackup, nil, completedBackup(ptrTo(sourceStore("prod/orders"))), "prod/orders, nightly"},
+			completedBackup(ptr.To(sourceStore(""))), "orders, nightly"},
+		{"a completed backup with a path", byBackup, nil, completedBackup(ptr.To(sourceStore("prod/orders"))), "prod/orders, nightly"},
 		{"a missing backup", byBackup, nil, nil, "wait: Waiting for the PostgresBackup nightly named by spec.bootstrap.recovery.backup: it does not exist"},
 		{"a running backup", byBackup, nil, phase(tuskv1alpha1.BackupPhaseRunning), `wait: Waiting for the PostgresBackup nightly named by spec.bootstrap.recovery.backup to complete (phase "Running")`},
 		{"a new backup", byBackup, nil, phase(""), `wait: Waiting for the PostgresBackup nightly named by spec.bootstrap.recovery.backup to complete (phase "")`},
@@ -63,14 +64,14 @@ func TestResolveRecovery(t *testing.T) {
 			"error RecoverySourceInvalid: the PostgresBackup nightly named by spec.bootstrap.recovery.backup failed (pg_basebackup failed): recover from another backup"},
 		{"a backup without a location", byBackup, nil, completedBackup(nil), "error RecoverySourceInvalid: the PostgresBackup nightly named by spec.bootstrap.recovery.backup records no object store"},
 		{"a source location: the latest backup", bySource, nil, nil, "prod/orders, latest"},
-		{"a source without a path", tuskv1alpha1.RecoverySpec{Source: ptrTo(sourceStore(""))}, nil, nil,
+		{"a source without a path", tuskv1alpha1.RecoverySpec{Source: ptr.To(sourceStore(""))}, nil, nil,
 			"error RecoverySourceInvalid: spec.bootstrap.recovery.source.path is required"},
 		{"archiving into the source", bySource, withBackup(sourceStore("prod/orders/")), nil,
 			"error RecoverySourceInvalid: refusing to recover from https://s3.example.com/backups/prod/orders: it is this cluster's own spec.backup location"},
 		{"archiving into the backup's location by default paths", byBackup, func(c *tuskv1alpha1.PostgresCluster) {
 			c.Name = "orders"
 			withBackup(sourceStore(""))(c)
-		}, completedBackup(ptrTo(sourceStore(""))), "error RecoverySourceInvalid: refusing to recover from https://s3.example.com/backups/orders"},
+		}, completedBackup(ptr.To(sourceStore(""))), "error RecoverySourceInvalid: refusing to recover from https://s3.example.com/backups/orders"},
 		{"archiving elsewhere in the same bucket", bySource, withBackup(sourceStore("")), nil, "prod/orders, latest"},
 		{"archiving to another endpoint", bySource, withBackup(func() tuskv1alpha1.ObjectStoreSpec {
 			s := sourceStore("prod/orders")
@@ -101,8 +102,6 @@ func TestResolveRecovery(t *testing.T) {
 		})
 	}
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // TestRecoveryPodMountsTheSourceKeys: the flags of the first instance name
 // files of the source's Secrets, mounted apart from the cluster's own

@@ -18,7 +18,14 @@ const (
 
 // Reasons of the conditions Tusk sets.
 const (
-	ReasonBackupNotImplemented = "BackupNotImplemented"
+	ReasonClusterNotFound      = "ClusterNotFound"
+	ReasonBackupNotConfigured  = "BackupNotConfigured"
+	ReasonBackupAlreadyRunning = "BackupAlreadyRunning"
+	ReasonWaitingForInstance   = "WaitingForInstance"
+	ReasonBackupStarted        = "BackupStarted"
+	ReasonBackupRunning        = "BackupRunning"
+	ReasonBackupCompleted      = "BackupCompleted"
+	ReasonBackupFailed         = "BackupFailed"
 	ReasonSecretInvalid        = "SecretInvalid"
 	ReasonBackupSecretInvalid  = "BackupSecretInvalid"
 	ReasonArchiveFailing       = "ArchiveFailing"

@@ -569,3 +569,38 @@ func TestJustSwitchedIsNotReadyYet(t *testing.T) {
 		t.Fatalf("just switched: Ready %s, Progressing %s, phase %s; want False, %s, SwitchingOver", ready.Status, progressing.Reason, c.Status.Phase, ReasonSwitchingOver)
 	}
 }
+
+// A replica is re-cloned only for a crash loop: crashed now, after five
+// crashes in a row. Many crashes of separate faults (restarts) are not
+// one, and a primary is never re-cloned.
+func TestBrokenReplica(t *testing.T) {
+	cases := []struct {
+		name             string
+		phase            instanceapi.Phase
+		restarts, streak int
+		primary          bool
+		outdated         bool
+		want             bool
+	}{
+		{name: "crash loop", phase: instanceapi.PhaseCrashed, restarts: 5, streak: 5, want: true},
+		{name: "many separate faults", phase: instanceapi.PhaseCrashed, restarts: 9, streak: 1},
+		{name: "short streak", phase: instanceapi.PhaseCrashed, restarts: 4, streak: 4},
+		{name: "running again", phase: instanceapi.PhaseRunning, restarts: 7, streak: 7},
+		{name: "the primary", phase: instanceapi.PhaseCrashed, restarts: 5, streak: 5, primary: true},
+		{name: "built from another spec", phase: instanceapi.PhaseCrashed, restarts: 5, streak: 5, outdated: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := clusterWithPrimary(2, 1)
+			v := testView(c, inst{serial: 1, ready: true}, inst{serial: 2, outdated: tc.outdated})
+			m := v.member(instanceName(c.Name, 2))
+			if tc.primary {
+				m = v.member(c.Status.CurrentPrimary)
+			}
+			m.status.Phase, m.status.Restarts, m.status.CrashStreak = tc.phase, tc.restarts, tc.streak
+			if got := brokenReplica(m, v.member(c.Status.CurrentPrimary)); got != tc.want {
+				t.Errorf("brokenReplica = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

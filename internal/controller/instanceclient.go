@@ -102,7 +102,8 @@ func (ic *instanceClient) status(ctx context.Context, pod *corev1.Pod) (instance
 }
 
 // call sends one request to the pod's instance manager and decodes the
-// JSON answer into out; an answer other than 200 is an error quoting it.
+// JSON answer into out; an answer other than 2xx is an *instanceAPIError
+// quoting it.
 func (ic *instanceClient) call(ctx context.Context, pod *corev1.Pod, method, path string, body, out any) error {
 	if pod.Status.PodIP == "" {
 		return fmt.Errorf("pod %s has no IP yet", pod.Name)
@@ -130,11 +131,56 @@ func (ic *instanceClient) call(ctx context.Context, pod *corev1.Pod, method, pat
 	if err != nil {
 		return err
 	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s %s on %s answered %d: %s", method, path, pod.Name, resp.StatusCode, bytes.TrimSpace(data))
+	if resp.StatusCode/100 != 2 {
+		return &instanceAPIError{method: method, path: path, pod: pod.Name, code: resp.StatusCode, body: string(bytes.TrimSpace(data))}
 	}
 	if out == nil {
 		return nil
 	}
 	return json.Unmarshal(data, out)
+}
+
+// instanceAPIError is an instance manager's answer other than 2xx.
+type instanceAPIError struct {
+	method, path, pod string
+	code              int
+	body              string
+}
+
+func (e *instanceAPIError) Error() string {
+	return fmt.Sprintf("%s %s on %s answered %d: %s", e.method, e.path, e.pod, e.code, e.body)
+}
+
+// message is the "error" of the answer's JSON body, else the body.
+func (e *instanceAPIError) message() string {
+	var body struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal([]byte(e.body), &body) == nil && body.Error != "" {
+		return body.Error
+	}
+	return e.body
+}
+
+// apiErrorCode is the HTTP status of an instance manager's answer that
+// was an error, or 0 when err is not such an answer (the call failed).
+func apiErrorCode(err error) (int, *instanceAPIError) {
+	if e, ok := errors.AsType[*instanceAPIError](err); ok {
+		return e.code, e
+	}
+	return 0, nil
+}
+
+// startBackup asks the pod's instance manager to take backup name.
+func (ic *instanceClient) startBackup(ctx context.Context, pod *corev1.Pod, name string) (instanceapi.BackupStatus, error) {
+	var st instanceapi.BackupStatus
+	err := ic.call(ctx, pod, http.MethodPost, instanceapi.PathBackups, instanceapi.BackupRequest{Name: name}, &st)
+	return st, err
+}
+
+// backupStatus asks the pod's instance manager about backup name.
+func (ic *instanceClient) backupStatus(ctx context.Context, pod *corev1.Pod, name string) (instanceapi.BackupStatus, error) {
+	var st instanceapi.BackupStatus
+	err := ic.call(ctx, pod, http.MethodGet, instanceapi.PathBackups+"/"+name, nil, &st)
+	return st, err
 }

@@ -18,7 +18,7 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
 	if err := clusters.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return (&BackupReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)
+	return (&BackupReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("tusk")}).SetupWithManager(mgr)
 }
 
 // CacheOptions limit what the manager's cache holds to what Tusk reads:

@@ -114,6 +114,21 @@ type Backoff struct {
 	Min, Max time.Duration
 }
 
+// stableRun is how long postgres must run before its next exit counts as a
+// new failure rather than one more of a crash loop: the restart backoff
+// starts again from its minimum, and the crash streak from one. Faults
+// minutes apart (a killed process, a fence) are then never mistaken for
+// data that cannot start.
+const stableRun = 30 * time.Second
+
+// nextCrashStreak counts an unexpected exit after postgres ran for ran.
+func nextCrashStreak(streak int, ran time.Duration) int {
+	if ran >= stableRun {
+		return 1
+	}
+	return streak + 1
+}
+
 // next doubles d within the bounds.
 func (b Backoff) next(d time.Duration) time.Duration {
 	if d < b.Min {
@@ -157,18 +172,27 @@ type Manager struct {
 	// directory was left as it was; Unfence prepares it.
 	unprepared bool
 
+	backups backups // the base backups taken since the manager started
+
 	mu       sync.Mutex // guards what the HTTP handlers read
 	state    state
 	postgres *supervisor.Postmaster
+	// health is the primary's health query session (checkAnswers).
+	health healthSession
 }
 
 // state is what the manager knows about itself, for /status.
 type state struct {
-	phase     instanceapi.Phase
-	role      instanceapi.Role // the role asked for
-	upstream  instanceapi.Upstream
-	config    instanceapi.Config
-	restarts  int
+	phase    instanceapi.Phase
+	role     instanceapi.Role // the role asked for
+	upstream instanceapi.Upstream
+	config   instanceapi.Config
+	restarts int
+	// crashStreak counts the unexpected exits in a row, each within
+	// stableRun of the start before it (see nextCrashStreak).
+	crashStreak int
+	// startedAt is when the running (or last) postmaster was started.
+	startedAt time.Time
 	lastError string
 	// lastPasswordRotation is when a changed password file was applied.
 	lastPasswordRotation time.Time
@@ -344,7 +368,9 @@ func (m *Manager) supervise(ctx context.Context) error {
 		case <-ctx.Done():
 			return m.shutdown(ctx)
 		case <-m.exited():
-			m.recordCrash()
+			if ranStably := m.recordCrash(); ranStably {
+				backoff = 0
+			}
 			restartAt, backoff = m.scheduleRestart(backoff)
 		case <-restartAt:
 			restartAt, backoff = m.restart(ctx, backoff)
@@ -412,18 +438,24 @@ func (m *Manager) exited() <-chan struct{} {
 	return m.postgres.Done()
 }
 
-func (m *Manager) recordCrash() {
+// recordCrash records an unexpected exit of postgres, and says whether it
+// had run for stableRun first, so the restart need not wait long.
+func (m *Manager) recordCrash() (ranStably bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	pm := m.postgres
 	m.postgres = nil
 	m.state.restarts++
+	ran := time.Since(m.state.startedAt)
+	m.state.crashStreak = nextCrashStreak(m.state.crashStreak, ran)
 	m.state.phase = instanceapi.PhaseCrashed
 	m.state.lastError = fmt.Sprintf("postgres exited unexpectedly (%v)", pm.ExitErr())
 	if last := pm.LastError(); last != "" {
 		m.state.lastError += ": " + last
 	}
-	m.log.Info("Restarting postgres after an unexpected exit", "exit", fmt.Sprint(pm.ExitErr()), "lastError", pm.LastError())
+	m.log.Info("Restarting postgres after an unexpected exit", "exit", fmt.Sprint(pm.ExitErr()), "lastError", pm.LastError(),
+		"crashStreak", m.state.crashStreak)
+	return ran >= stableRun
 }
 
 // restart starts postgres when the restart timer fires, and schedules

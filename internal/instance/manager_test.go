@@ -147,3 +147,24 @@ func TestChangedPasswords(t *testing.T) {
 		})
 	}
 }
+
+func TestCrashStreak(t *testing.T) {
+	if got := nextCrashStreak(3, time.Second); got != 4 {
+		t.Errorf("a crash soon after a start: streak %d, want 4", got)
+	}
+	if got := nextCrashStreak(3, stableRun); got != 1 {
+		t.Errorf("a crash after a stable run: streak %d, want 1", got)
+	}
+	started := time.Now()
+	st := state{phase: instanceapi.PhaseRunning, crashStreak: 2, startedAt: started}
+	if got := st.currentCrashStreak(started.Add(time.Second)); got != 2 {
+		t.Errorf("running for 1s: streak %d, want 2 (not stable yet)", got)
+	}
+	if got := st.currentCrashStreak(started.Add(stableRun)); got != 0 {
+		t.Errorf("running for %s: streak %d, want 0", stableRun, got)
+	}
+	st.phase = instanceapi.PhaseCrashed
+	if got := st.currentCrashStreak(started.Add(time.Hour)); got != 2 {
+		t.Errorf("crashed: streak %d, want 2", got)
+	}
+}

@@ -9,12 +9,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"tusk.dev/tusk/internal/instance/pgconf"
 	"tusk.dev/tusk/internal/instanceapi"
 )
 
 // Roles the instance manager creates and uses.
 const (
-	superuser       = "postgres"
+	superuser       = pgconf.Superuser
 	replicationUser = "tusk_replication"
 	// monitorRole holds pg_monitor; metrics queries run under it (SET ROLE)
 	// so they have no superuser rights.

@@ -34,6 +34,7 @@ func (m *Manager) startPostgres(ctx context.Context) error {
 	m.mu.Lock()
 	m.postgres = pm
 	m.state.phase = instanceapi.PhaseStarting
+	m.state.startedAt = time.Now()
 	m.mu.Unlock()
 	m.log.Info("Started postgres", "pid", pm.Pid(), "role", st.role)
 	go m.markRunningWhenAccepting(ctx, pm)

@@ -126,6 +126,8 @@ func (m *Manager) routes() http.Handler {
 	mux.HandleFunc("POST "+instanceapi.PathUnfence, func(w http.ResponseWriter, r *http.Request) {
 		reply(w, map[string]string{"result": "unfenced"}, m.Unfence(r.Context()))
 	})
+	mux.HandleFunc("POST "+instanceapi.PathBackups, m.serveStartBackup)
+	mux.HandleFunc("GET "+instanceapi.PathBackups+"/{name}", m.serveBackupStatus)
 	mux.HandleFunc("PUT "+instanceapi.PathConfig, func(w http.ResponseWriter, r *http.Request) {
 		var cfg instanceapi.Config
 		if err := json.NewDecoder(r.Body).Decode(&cfg); err != nil {

@@ -20,6 +20,7 @@ func (m *Manager) Status(ctx context.Context) instanceapi.Status {
 		Role:         instanceapi.RoleUnknown,
 		Fenced:       st.fencedByHand,
 		Restarts:     st.restarts,
+		CrashStreak:  st.currentCrashStreak(time.Now()),
 		LastError:    st.lastError,
 		DataDirBytes: m.dataDirSize(),
 		Recovery:     st.recovery,
@@ -82,4 +83,13 @@ func (m *Manager) dataDirSize() int64 {
 	})
 	d.bytes, d.measured = total, time.Now()
 	return total
+}
+
+// currentCrashStreak is the crash streak as of now: a postgres that has run
+// for stableRun since its last start has ended the streak.
+func (st state) currentCrashStreak(now time.Time) int {
+	if st.phase == instanceapi.PhaseRunning && now.Sub(st.startedAt) >= stableRun {
+		return 0
+	}
+	return st.crashStreak
 }

@@ -23,6 +23,10 @@ const (
 	// data left for inspection, until PathUnfence; see Status.Fenced.
 	PathFence   = "/v1/fence"
 	PathUnfence = "/v1/unfence"
+	// PathBackups takes a base backup of the instance in the background
+	// (POST, body: a BackupRequest); PathBackups + "/" + name reports one
+	// (GET). See BackupStatus.
+	PathBackups = "/v1/backups"
 )
 
 // DefaultStatusPort is where the instance manager serves HTTP in a pod.
@@ -140,6 +144,10 @@ type Status struct {
 	Recovery *RecoveryStatus `json:"recovery,omitempty"`
 	// Restarts counts unexpected postgres exits the manager recovered from.
 	Restarts int `json:"restarts,omitempty"`
+	// CrashStreak counts the unexpected exits in a row, each within 30 s of
+	// the start before it: a crash loop, as opposed to separate faults. It
+	// is 0 once postgres has run for 30 s.
+	CrashStreak int `json:"crashStreak,omitempty"`
 	// LastError is the last thing that went wrong, for humans.
 	LastError string `json:"lastError,omitempty"`
 }
@@ -250,4 +258,77 @@ type ConfigResult struct {
 	PendingRestart []string `json:"pendingRestart,omitempty"`
 	// Errors are settings PostgreSQL refused.
 	Errors []string `json:"errors,omitempty"`
+}
+
+// BackupRequest asks the instance manager to take a base backup of its
+// instance into the cluster's object store (POST /v1/backups).
+type BackupRequest struct {
+	// Name is the backup's name: base/<name>/ in the cluster's location.
+	Name string `json:"name"`
+}
+
+// BackupPhase is where a base backup taken by an instance manager is.
+type BackupPhase string
+
+// The phases of a base backup.
+const (
+	BackupRunning   BackupPhase = "running"
+	BackupCompleted BackupPhase = "completed"
+	BackupFailed    BackupPhase = "failed"
+)
+
+// Kinds of backup failures the user fixes in the object store or its
+// Secret (BackupStatus.ErrorKind); empty for anything else.
+const (
+	BackupErrorWrongCredentials    = "WrongCredentials"
+	BackupErrorBucketNotFound      = "BucketNotFound"
+	BackupErrorEndpointUnreachable = "EndpointUnreachable"
+	BackupErrorTLSFailure          = "TLSFailure"
+)
+
+// BackupStatus is the answer to POST /v1/backups and GET
+// /v1/backups/<name>. A manager knows the backups it took since it started;
+// asked for another one it looks in the object store, where a backup's
+// record marks it complete, and answers 404 when there is none.
+type BackupStatus struct {
+	Name  string      `json:"name"`
+	Phase BackupPhase `json:"phase"`
+	// StartedAt is when the manager started the backup (zero for a backup
+	// found in the store).
+	StartedAt time.Time `json:"startedAt,omitzero"`
+	// CompletedAt is when it completed or failed.
+	CompletedAt *time.Time `json:"completedAt,omitempty"`
+	// WaitingForWAL is, while running, the WAL segment the backup waits to
+	// see archived: a backup from a standby is complete only once the
+	// primary archived the WAL up to its end.
+	WaitingForWAL string `json:"waitingForWAL,omitempty"`
+	// Location is where the backup goes: s3://bucket/path/base/<name>/.
+	Location string `json:"location,omitempty"`
+	// Record is the completed backup's record (backup.json).
+	Record *BackupRecord `json:"record,omitempty"`
+	// Error says why the backup failed; ErrorKind classifies object store
+	// failures (BackupErrorWrongCredentials...).
+	Error     string `json:"error,omitempty"`
+	ErrorKind string `json:"errorKind,omitempty"`
+}
+
+// BackupRecord is what the operator needs of a backup's record.
+type BackupRecord struct {
+	// BeginLSN is where recovery starts; EndLSN where the restored copy
+	// is consistent; Timeline is BeginLSN's timeline.
+	BeginLSN string `json:"beginLSN"`
+	EndLSN   string `json:"endLSN"`
+	Timeline uint32 `json:"timeline"`
+	// BeginWAL is the first WAL segment recovery reads.
+	BeginWAL string `json:"beginWAL"`
+	// StartTime and EndTime bound the backup by the instance's clock.
+	StartTime time.Time `json:"startTime"`
+	EndTime   time.Time `json:"endTime"`
+	// Size is the tar stream's size; CompressedSize the stored object's.
+	Size           int64 `json:"size"`
+	CompressedSize int64 `json:"compressedSize"`
+	// PostgreSQLVersion is the server's server_version.
+	PostgreSQLVersion string `json:"postgresqlVersion"`
+	// SystemIdentifier is the database system identifier.
+	SystemIdentifier string `json:"systemIdentifier"`
 }

@@ -41,7 +41,8 @@ func NewCommand(use string, streams genericiooptions.IOStreams) *cobra.Command {
 	cmd.SetOut(streams.Out)
 	cmd.SetErr(streams.ErrOut)
 	o.configFlags.AddFlags(cmd.PersistentFlags())
-	cmd.AddCommand(newStatusCommand(o), newPromoteCommand(o), newFenceCommand(o), newUnfenceCommand(o))
+	cmd.AddCommand(newStatusCommand(o), newPromoteCommand(o), newFenceCommand(o), newUnfenceCommand(o),
+		newBackupCommand(o), newBackupsCommand(o))
 	return cmd
 }
 

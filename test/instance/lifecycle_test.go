@@ -187,6 +187,11 @@ func testCrashRecovery(t *testing.T, n *node) {
 	if after.Role != instanceapi.RoleReplica {
 		t.Fatalf("after a crash the replica came back as %s", after.Role)
 	}
+	// The crash is one more of the streak status showed before it (0 after
+	// a stable run), or starts a new one if a stable run ended in between.
+	if after.CrashStreak != before.CrashStreak+1 && after.CrashStreak != 1 {
+		t.Fatalf("crash streak %d after a crash, want %d or 1", after.CrashStreak, before.CrashStreak+1)
+	}
 }
 
 // TestBadParameterIsReported: a value PostgreSQL refuses at start is not a

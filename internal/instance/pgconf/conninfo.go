@@ -114,3 +114,14 @@ func quoteConnValue(v string) string {
 	v = strings.ReplaceAll(v, `'`, `\'`)
 	return "'" + v + "'"
 }
+
+// LocalConnString is a libpq connection string to the instance over its
+// Unix socket, with the password from passFile: what the instance manager
+// gives pg_basebackup for a base backup of its own instance.
+func LocalConnString(socketDir string, port int, user, passFile, applicationName string) string {
+	parts := []string{
+		"host=" + quoteConnValue(socketDir), "port=" + strconv.Itoa(port), "user=" + quoteConnValue(user),
+		"dbname=postgres", "passfile=" + quoteConnValue(passFile), "application_name=" + quoteConnValue(applicationName),
+	}
+	return strings.Join(parts, " ")
+}

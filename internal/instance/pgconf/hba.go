@@ -20,6 +20,9 @@ const (
 	ReplicationAuthCert ReplicationAuth = "cert"
 )
 
+// Superuser is the superuser role the instance manager connects as.
+const Superuser = "postgres"
+
 // HBAConfig is everything pg_hba.conf is rendered from.
 type HBAConfig struct {
 	// ReplicationUser is the role replicas and pg_basebackup connect as.
@@ -52,6 +55,8 @@ var hbaConnectionTypes = []string{"local", "host", "hostssl", "hostnossl", "host
 //
 //  1. local (Unix socket) connections, with a password: the socket lives
 //     inside the pod, so only the instance manager and kubectl exec reach it;
+//     the superuser's replication connections too, for the base backups
+//     the instance manager takes of its own instance (pg_basebackup);
 //  2. replication for ReplicationUser, over TLS when TLS is on;
 //  3. the user's ExtraRules;
 //  4. every role to every database, with a password, over TLS when TLS is on;
@@ -73,6 +78,7 @@ func PgHBA(in HBAConfig) (string, error) {
 	b.WriteString("# PostgreSQL uses the first line that matches. No line uses trust.\n")
 	b.WriteString("\n# The instance manager and kubectl exec, over the Unix socket in the pod.\n")
 	hbaLine(&b, "local", "all", "all", "", string(ReplicationAuthSCRAM))
+	hbaLine(&b, "local", "replication", Superuser, "", string(ReplicationAuthSCRAM))
 	b.WriteString("\n# Streaming replicas and pg_basebackup.\n")
 	hbaLine(&b, remote, "replication", in.ReplicationUser, "all", string(auth))
 	if len(in.ExtraRules) > 0 {

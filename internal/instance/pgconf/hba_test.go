@@ -69,6 +69,7 @@ func TestPgHBAPolicy(t *testing.T) {
 		}
 		want := []string{
 			"local all all scram-sha-256",
+			"local replication postgres scram-sha-256", // the manager's base backups
 			tt.replication,
 			tt.apps,
 			"host all all all reject",
@@ -87,8 +88,8 @@ func TestPgHBAExtraRulesComeBeforeApplications(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs := records(text)
-	if got := strings.Join(recs[2], " "); got != "host all bob 10.0.0.1/32 reject" {
-		t.Errorf("third record %q, want the extra rule (after Tusk's own, before applications)", got)
+	if got := strings.Join(recs[3], " "); got != "host all bob 10.0.0.1/32 reject" {
+		t.Errorf("fourth record %q, want the extra rule (after Tusk's own, before applications)", got)
 	}
 }
 
