@@ -42,8 +42,8 @@ type s3Server struct {
 	// CredentialsSecret (keys ACCESS_KEY_ID, SECRET_ACCESS_KEY) and
 	// CASecret (key ca.crt) are in the namespace, for cluster specs.
 	CredentialsSecret, CASecret string
-	accessKey, secretKey      string
-	caPEM                     []byte
+	accessKey, secretKey        string
+	caPEM                       []byte
 }
 
 const (
