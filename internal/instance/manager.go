@@ -106,6 +106,14 @@ type Backoff struct {
 	Min, Max time.Duration
 }
 
+// DefaultRestartBackoff restarts a crashed postgres almost at once: by the
+// time the manager sees the postmaster's exit its children have exited
+// too (they hold its output open), so nothing stands in the way of a new
+// one, and every second waited is a second without writes. The wait
+// doubles while postgres keeps crashing, and starts over once a run lasts
+// (crashLoopStableRun).
+var DefaultRestartBackoff = Backoff{Min: 100 * time.Millisecond, Max: 30 * time.Second}
+
 // next doubles d within the bounds.
 func (b Backoff) next(d time.Duration) time.Duration {
 	if d < b.Min {
@@ -145,6 +153,10 @@ type Manager struct {
 	// unprepared: fenced by hand since before this start, the data
 	// directory was left as it was; Unfence prepares it.
 	unprepared bool
+	// startedAt is when the current postgres was started, and crashes
+	// counts its short runs; the run loop alone uses them.
+	startedAt time.Time
+	crashes   crashLoop
 
 	mu       sync.Mutex // guards what the HTTP handlers read
 	state    state
@@ -323,7 +335,13 @@ func (m *Manager) supervise(ctx context.Context) error {
 		case <-ctx.Done():
 			return m.shutdown(ctx)
 		case <-m.exited():
-			m.recordCrash()
+			looping, afterStableRun := m.recordCrash()
+			if afterStableRun {
+				backoff = 0
+			}
+			if looping && m.giveUpPrimary(ctx) {
+				continue // the Lease or unfencing starts it again
+			}
 			restartAt, backoff = m.scheduleRestart(backoff)
 		case <-restartAt:
 			restartAt, backoff = m.restart(ctx, backoff)
@@ -391,7 +409,11 @@ func (m *Manager) exited() <-chan struct{} {
 	return m.postgres.Done()
 }
 
-func (m *Manager) recordCrash() {
+// recordCrash records an unexpected exit of postgres; it says whether
+// postgres is crash-looping, and whether it had run stably before (see
+// crashLoop.crashed).
+func (m *Manager) recordCrash() (looping, afterStableRun bool) {
+	looping, afterStableRun = m.crashes.crashed(time.Since(m.startedAt))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	pm := m.postgres
@@ -402,7 +424,9 @@ func (m *Manager) recordCrash() {
 	if last := pm.LastError(); last != "" {
 		m.state.lastError += ": " + last
 	}
-	m.log.Info("Restarting postgres after an unexpected exit", "exit", fmt.Sprint(pm.ExitErr()), "lastError", pm.LastError())
+	m.log.Info("Restarting postgres after an unexpected exit", "exit", fmt.Sprint(pm.ExitErr()), "lastError", pm.LastError(),
+		"crashesInARow", m.crashes.streak)
+	return looping, afterStableRun
 }
 
 // restart starts postgres when the restart timer fires, and schedules

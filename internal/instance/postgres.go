@@ -31,6 +31,7 @@ func (m *Manager) startPostgres(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m.startedAt = time.Now()
 	m.mu.Lock()
 	m.postgres = pm
 	m.state.phase = instanceapi.PhaseStarting
