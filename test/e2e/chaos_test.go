@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 )
 
@@ -29,6 +31,7 @@ const (
 	envChaosFaults   = "TUSK_CHAOS_FAULTS"   // comma list of fault names; default defaultChaosFaults
 	envChaosHold     = "TUSK_CHAOS_HOLD"     // how long a freeze or a network cut lasts; default 20s
 	envChaosMode     = "TUSK_CHAOS_MODE"     // sync (default: synchronous quorum, nothing may be lost) or async
+	envChaosLease    = "TUSK_CHAOS_LEASE"    // "duration,renewal" of the primary Lease (spec.highAvailability); default the manager's 10s,2s
 )
 
 // chaosFault is a kind of fault: inject breaks something and, for faults
@@ -101,6 +104,8 @@ type chaosConfig struct {
 	hold     time.Duration
 	faults   []chaosFault
 	async    bool
+	// lease is spec.highAvailability; nil leaves the defaults.
+	lease *tuskv1alpha1.HighAvailabilitySpec
 }
 
 func chaosConfigFromEnv(t *testing.T) chaosConfig {
@@ -126,6 +131,9 @@ func chaosConfigFromEnv(t *testing.T) chaosConfig {
 	default:
 		t.Fatalf("%s=%q: sync or async", envChaosMode, m)
 	}
+	if s := os.Getenv(envChaosLease); s != "" {
+		c.lease = parseChaosLease(t, s)
+	}
 	names := defaultChaosFaults
 	if s := os.Getenv(envChaosFaults); s != "" {
 		names = strings.Split(s, ",")
@@ -138,6 +146,18 @@ func chaosConfigFromEnv(t *testing.T) chaosConfig {
 		c.faults = append(c.faults, chaosFaults[i])
 	}
 	return c
+}
+
+// parseChaosLease reads "duration,renewal", such as "4s,1s".
+func parseChaosLease(t *testing.T, s string) *tuskv1alpha1.HighAvailabilitySpec {
+	t.Helper()
+	d, r, ok := strings.Cut(s, ",")
+	duration, err1 := time.ParseDuration(d)
+	renew, err2 := time.ParseDuration(r)
+	if !ok || err1 != nil || err2 != nil {
+		t.Fatalf("%s=%q: want duration,renewal such as 4s,1s", envChaosLease, s)
+	}
+	return &tuskv1alpha1.HighAvailabilitySpec{LeaseDuration: metav1.Duration{Duration: duration}, LeaseRenewInterval: metav1.Duration{Duration: renew}}
 }
 
 func chaosFaultNames(faults []chaosFault) string {
@@ -190,7 +210,7 @@ func TestChaos(t *testing.T) {
 
 	ns := newNamespace(t)
 	name := "chaos-" + mode
-	newChaosCluster(t, ns, name, cfg.async)
+	newChaosCluster(t, ns, name, cfg)
 	w := startWorkload(t, ns, name)
 	if cfg.async {
 		w.maxLost = asyncMaxLost
@@ -209,16 +229,18 @@ func TestChaos(t *testing.T) {
 	logChaosFigures(t, w, events, cfg.async)
 }
 
-// newChaosCluster is the HA tests' cluster: synchronous quorum (ANY 1,
-// block), or the same with synchronous replication off (async).
-func newChaosCluster(t *testing.T, ns, name string, async bool) {
+// newChaosCluster is the HA tests' cluster (newHACluster): synchronous
+// quorum (ANY 1, block), or synchronous replication off (async); with
+// the Lease timings asked for.
+func newChaosCluster(t *testing.T, ns, name string, cfg chaosConfig) {
 	t.Helper()
-	if !async {
-		newHACluster(t, ns, name)
-		return
-	}
 	pgc := newCluster(ns, name, haInstances)
-	pgc.Spec.PostgreSQL.Synchronous = tuskv1alpha1.SynchronousSpec{Mode: tuskv1alpha1.SynchronousOff}
+	pgc.Spec.PostgreSQL.Synchronous = tuskv1alpha1.SynchronousSpec{Mode: tuskv1alpha1.SynchronousQuorum, Number: 1,
+		WhenTooFewStandbys: tuskv1alpha1.StandbyShortageBlock}
+	if cfg.async {
+		pgc.Spec.PostgreSQL.Synchronous = tuskv1alpha1.SynchronousSpec{Mode: tuskv1alpha1.SynchronousOff}
+	}
+	pgc.Spec.HighAvailability = cfg.lease
 	createCluster(t, pgc, "")
 	waitReadyCondition(t, ns, name)
 	waitHealthy(t, ns, name, haInstances, time.Minute)
