@@ -335,14 +335,7 @@ func (m *Manager) supervise(ctx context.Context) error {
 		case <-ctx.Done():
 			return m.shutdown(ctx)
 		case <-m.exited():
-			looping, afterStableRun := m.recordCrash()
-			if afterStableRun {
-				backoff = 0
-			}
-			if looping && m.giveUpPrimary(ctx) {
-				continue // the Lease or unfencing starts it again
-			}
-			restartAt, backoff = m.scheduleRestart(backoff)
+			restartAt, backoff = m.afterCrash(ctx, backoff)
 		case <-restartAt:
 			restartAt, backoff = m.restart(ctx, backoff)
 		case <-leaseTick:
@@ -407,6 +400,21 @@ func (m *Manager) exited() <-chan struct{} {
 		return nil
 	}
 	return m.postgres.Done()
+}
+
+// afterCrash schedules the restart of a postgres that exited unexpectedly,
+// with the backoff started over after a stable run; a crash-looping
+// primary gives up its Lease instead (nothing scheduled: holding the Lease
+// again starts it).
+func (m *Manager) afterCrash(ctx context.Context, backoff time.Duration) (<-chan time.Time, time.Duration) {
+	looping, afterStableRun := m.recordCrash()
+	if afterStableRun {
+		backoff = 0
+	}
+	if looping && m.giveUpPrimary(ctx) {
+		return nil, backoff
+	}
+	return m.scheduleRestart(backoff)
 }
 
 // recordCrash records an unexpected exit of postgres; it says whether
