@@ -226,6 +226,7 @@ func TestChaos(t *testing.T) {
 	} else {
 		assertNoWriteLost(t, rep)
 	}
+	logFailoverEvents(t, ns)
 	logChaosFigures(t, w, events, cfg.async)
 }
 

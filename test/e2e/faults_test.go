@@ -25,6 +25,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -423,4 +424,22 @@ func assertOnePrimary(t *testing.T, ns, cluster string) string {
 			primary, labelled, reporting)
 	}
 	return primary
+}
+
+// logFailoverEvents logs the cluster's failover Events in order, so a
+// passing run still tells which instances were promoted and why.
+func logFailoverEvents(t *testing.T, ns string) {
+	t.Helper()
+	events, err := clientset.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Errorf("listing the Events: %v", err)
+		return
+	}
+	slices.SortFunc(events.Items, func(a, b eventsv1.Event) int { return a.EventTime.Compare(b.EventTime.Time) })
+	for _, e := range events.Items {
+		switch e.Reason {
+		case "FailingOver", "FailedOver", "FailoverBlocked", "DemotingFormerPrimary":
+			t.Logf("event %s %s: %s", e.EventTime.Format("15:04:05.000"), e.Reason, e.Note)
+		}
+	}
 }

@@ -130,6 +130,7 @@ func TestOperatorKilledMidFailover(t *testing.T) {
 	w.WaitAcks(t, 100, 2*time.Minute)
 	done := time.Now()
 
+	logFailoverEvents(t, ns)
 	primary := assertOnePrimary(t, ns, name)
 	if primary == f.oldPrimary {
 		t.Errorf("the deleted primary %s is primary again: the failover to %s was abandoned", f.oldPrimary, f.target)
