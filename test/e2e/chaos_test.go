@@ -205,8 +205,9 @@ func TestChaos(t *testing.T) {
 	if cfg.async {
 		mode = "async"
 	}
-	t.Logf("chaos: seed %d, mode %s, faults %s, duration %s, hold %s (replay: make chaos SEED=%d MODE=%s FAULTS=%s DURATION=%s HOLD=%s)",
-		cfg.seed, mode, chaosFaultNames(cfg.faults), duration, cfg.hold, cfg.seed, mode, chaosFaultNames(cfg.faults), os.Getenv(envChaosDuration), cfg.hold)
+	t.Logf("chaos: seed %d, mode %s, faults %s, duration %s, hold %s (replay: make chaos SEED=%d MODE=%s FAULTS=%s DURATION=%s HOLD=%s LEASE=%s)",
+		cfg.seed, mode, chaosFaultNames(cfg.faults), duration, cfg.hold, cfg.seed, mode, chaosFaultNames(cfg.faults), os.Getenv(envChaosDuration), cfg.hold,
+		os.Getenv(envChaosLease))
 
 	ns := newNamespace(t)
 	name := "chaos-" + mode
