@@ -83,6 +83,22 @@ func residentMiB(b testing.TB, pid int) (rss, anon float64) {
 func BenchmarkRestartAfterCrash(b *testing.B) {
 	n := startNode(b, "crash-1", nodeOptions{role: instanceapi.RolePrimary})
 	n.waitReady(instanceapi.RolePrimary)
+	benchmarkRestartAfterCrash(b, n)
+}
+
+// BenchmarkRestartAfterCrashSynchronous is BenchmarkRestartAfterCrash with
+// a synchronous standby (ANY 1), as the HA clusters run: the first commit
+// after the restart also waits for the standby to stream again.
+func BenchmarkRestartAfterCrashSynchronous(b *testing.B) {
+	n := startNode(b, "crashsync-1", nodeOptions{role: instanceapi.RolePrimary,
+		config: &instanceapi.Config{SynchronousStandbyNames: "ANY 1 (crashsync_2)"}})
+	n.waitReady(instanceapi.RolePrimary)
+	r := startNode(b, "crashsync_2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: n.port})
+	r.waitReady(instanceapi.RoleReplica)
+	benchmarkRestartAfterCrash(b, n)
+}
+
+func benchmarkRestartAfterCrash(b *testing.B, n *node) {
 	n.exec("CREATE TABLE t (id int)")
 	var total time.Duration
 	for i := range b.N {
