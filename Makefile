@@ -148,16 +148,20 @@ e2e: images test-images deploy ## End-to-end tests against the cluster in KUBECO
 # make chaos: SEED orders the faults; DURATION (a Go duration) keeps
 # injecting until it has passed, empty runs each fault twice; FAULTS is a
 # comma list (docs/chaos.md), empty is the set the operator survives today;
-# HOLD is how long a freeze or a network cut lasts (20s).
+# HOLD is how long a freeze or a network cut lasts (20s); MODE is sync
+# (synchronous quorum, nothing lost: the default) or async (loss bounded);
+# LEASE is the primary Lease's "duration,renewal" (10s,2s).
 SEED     ?=
 DURATION ?=
 FAULTS   ?=
 HOLD     ?=
+MODE     ?=
+LEASE    ?=
 
 .PHONY: chaos
-chaos: images deploy ## Chaos test (docs/chaos.md): random faults under the workload writer, nothing acknowledged lost; SEED= DURATION= FAULTS= HOLD=.
+chaos: images deploy ## Chaos test (docs/chaos.md): random faults under the workload writer, nothing acknowledged lost (MODE=async: loss bounded); SEED= DURATION= FAULTS= HOLD= MODE= LEASE=.
 	E2E_ARTIFACTS=$(E2E_ARTIFACTS) TUSK_CHAOS=1 TUSK_CHAOS_SEED="$(SEED)" TUSK_CHAOS_DURATION="$(DURATION)" \
-		TUSK_CHAOS_FAULTS="$(FAULTS)" TUSK_CHAOS_HOLD="$(HOLD)" \
+		TUSK_CHAOS_FAULTS="$(FAULTS)" TUSK_CHAOS_HOLD="$(HOLD)" TUSK_CHAOS_MODE="$(MODE)" TUSK_CHAOS_LEASE="$(LEASE)" \
 		$(GOTESTSUM) --format standard-verbose -- $(E2E_FLAGS) -tags e2e -run '^TestChaos$$' ./test/e2e/
 
 .PHONY: bench-ha

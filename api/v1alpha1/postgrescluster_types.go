@@ -88,6 +88,12 @@ type PostgresClusterSpec struct {
 	// +optional
 	PostgresGID *int64 `json:"postgresGID,omitempty"`
 
+	// HighAvailability tunes the primary's Lease, which decides how soon a
+	// primary that is cut off is replaced. Unset: a 10s Lease renewed every
+	// 2s.
+	// +optional
+	HighAvailability *HighAvailabilitySpec `json:"highAvailability,omitempty"`
+
 	// SuperuserSecret names an existing Secret whose `password` key is the
 	// postgres superuser's password. Tusk generates a strong one in the
 	// Secret <cluster>-superuser when unset. Changing the password in the
@@ -631,3 +637,28 @@ const AnnotationFencedInstances = "tusk.dev/fenced-instances"
 
 // FenceAll in AnnotationFencedInstances fences every instance.
 const FenceAll = "*"
+
+// HighAvailabilitySpec sets the timings of the primary's Lease
+// (docs/high-availability.md). The primary renews the Lease every
+// leaseRenewInterval; one that could not renew stops taking writes
+// 1.5 renewal intervals before its Lease can expire, and a replica may be
+// promoted once it has expired. A shorter Lease replaces a primary that is
+// cut off sooner; it also fences a primary sooner when the API server or
+// postgres is merely slow.
+// +kubebuilder:validation:XValidation:rule="duration(self.leaseRenewInterval).getMilliseconds() * 2 <= duration(self.leaseDuration).getMilliseconds()",message="leaseRenewInterval must be at most half of leaseDuration: the primary stops taking writes 1.5 renewal intervals before its Lease can expire"
+type HighAvailabilitySpec struct {
+	// LeaseDuration is how long a renewal holds the primary Lease, in
+	// whole seconds (2s to 60s). A primary that stopped renewing is
+	// replaced no sooner than this after its last renewal.
+	// +kubebuilder:default="10s"
+	// +kubebuilder:validation:XValidation:rule="duration(self).getMilliseconds() % 1000 == 0 && duration(self) >= duration('2s') && duration(self) <= duration('60s')",message="leaseDuration must be whole seconds from 2s to 60s"
+	// +optional
+	LeaseDuration metav1.Duration `json:"leaseDuration,omitempty"`
+
+	// LeaseRenewInterval is how often the primary renews its Lease, and how
+	// long each renewal may take (at least 500ms).
+	// +kubebuilder:default="2s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('500ms')",message="leaseRenewInterval must be at least 500ms"
+	// +optional
+	LeaseRenewInterval metav1.Duration `json:"leaseRenewInterval,omitempty"`
+}

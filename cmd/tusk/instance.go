@@ -140,7 +140,7 @@ func (a *archiveFlags) options(cluster string) (*instance.WALArchiveOptions, err
 func newInstanceRunCommand() *cobra.Command {
 	f := instanceFlags{opts: instance.Options{
 		Timeouts:       supervisor.DefaultTimeouts,
-		RestartBackoff: instance.Backoff{Min: time.Second, Max: 30 * time.Second},
+		RestartBackoff: instance.DefaultRestartBackoff,
 	}}
 	var newLogger func() logr.Logger
 	cmd := &cobra.Command{

@@ -285,3 +285,24 @@ func TestCredentialSecretEscapesPassword(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseArgs: Lease timings in the spec reach the instance manager,
+// with the fence margin at 1.5 renewal intervals; without them the pods
+// keep the manager's defaults and do not change.
+func TestLeaseArgs(t *testing.T) {
+	if got := leaseArgs(nil); got != nil {
+		t.Fatalf("leaseArgs(nil) = %v, want none", got)
+	}
+	ha := &tuskv1alpha1.HighAvailabilitySpec{
+		LeaseDuration: metav1.Duration{Duration: 4e9}, LeaseRenewInterval: metav1.Duration{Duration: 1e9},
+	}
+	want := "--lease-duration=4s --lease-renew-every=1s --lease-fence-margin=1.5s"
+	if got := strings.Join(leaseArgs(ha), " "); got != want {
+		t.Fatalf("leaseArgs = %s, want %s", got, want)
+	}
+	c := defaultCluster()
+	c.Spec.HighAvailability = ha
+	if args := strings.Join(instanceArgs(c), " "); !strings.Contains(args, want) {
+		t.Fatalf("the instance manager's arguments lack the Lease timings: %s", args)
+	}
+}

@@ -150,7 +150,25 @@ func instanceArgs(c *tuskv1alpha1.PostgresCluster) []string {
 		"--socket-dir=" + runMount + "/socket",
 		"--run-dir=" + runMount,
 	}
+	args = append(args, leaseArgs(c.Spec.HighAvailability)...)
 	return append(args, archiveArgs(c)...)
+}
+
+// leaseArgs pass the spec's Lease timings to the instance manager, none
+// when the spec leaves them to its defaults (so existing pods do not roll).
+// The primary fences itself 1.5 renewal intervals before its Lease can
+// expire, as with the defaults (renew 2s, fence 3s before the 10s Lease
+// expires); the CRD keeps that margin below the duration.
+func leaseArgs(ha *tuskv1alpha1.HighAvailabilitySpec) []string {
+	if ha == nil {
+		return nil
+	}
+	renew := ha.LeaseRenewInterval.Duration
+	return []string{
+		"--lease-duration=" + ha.LeaseDuration.Duration.String(),
+		"--lease-renew-every=" + renew.String(),
+		"--lease-fence-margin=" + (renew * 3 / 2).String(),
+	}
 }
 
 func httpsProbe(path string, period, failures int32) *corev1.Probe {

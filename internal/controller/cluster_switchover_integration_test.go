@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
@@ -22,11 +23,20 @@ func TestUnknownSwitchoverTargetIsRefused(t *testing.T) {
 	cluster := newCluster(ns)
 	create(t, cluster)
 	key := client.ObjectKeyFromObject(cluster)
-	c := clusterWhen(t, key, creating)
+	clusterWhen(t, key, creating)
 
-	patch := client.MergeFromWithOptions(c.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	c.Status.TargetPrimary = "pg-9"
-	if err := env.Client.Status().Patch(ctx, c, patch); err != nil {
+	// The controller writes status too: a conflict means our read was
+	// stale, so read again and set the target on what it wrote.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c := &tuskv1alpha1.PostgresCluster{}
+		if err := env.Client.Get(ctx, key, c); err != nil {
+			return err
+		}
+		patch := client.MergeFromWithOptions(c.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		c.Status.TargetPrimary = "pg-9"
+		return env.Client.Status().Patch(ctx, c, patch)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	e := waitForEvent(t, ns, ReasonSwitchoverRefused, "pg-9")

@@ -159,3 +159,28 @@ func (m *Manager) leaseRegained(ctx context.Context) {
 		m.setError(err)
 	}
 }
+
+// giveUpPrimary makes a primary whose postgres is crash-looping step
+// aside: postgres has exited already, so it stays stopped (fenced) and the
+// Lease is released at once, which lets the operator promote a replica
+// that runs without waiting for the Lease to expire. The Lease is left to
+// another instance for one duration; if nobody took it by then (a lone
+// instance, or no replica the operator may promote) this one takes it
+// again and starts postgres afresh. It reports false, and does nothing,
+// for an instance that is not a leased primary.
+func (m *Manager) giveUpPrimary(ctx context.Context) bool {
+	st := m.snapshot()
+	if m.lease == nil || st.role != instanceapi.RolePrimary || st.keptStopped() {
+		return false
+	}
+	reason := fmt.Errorf("%w (%d runs in a row ended within %s: %s)", errCrashLoop, m.crashes.streak, crashLoopStableRun, st.lastError)
+	m.log.Info("Giving up the primary Lease: postgres keeps crashing", "reason", reason.Error())
+	m.leaseLeftUntil = m.lease.now().Add(m.opts.Lease.Duration)
+	m.leaseLeftFor = reason
+	if err := m.lease.release(ctx); err != nil {
+		// It expires by itself: the operator waits a full duration instead.
+		m.log.Error(err, "Releasing the primary Lease of a crash-looping primary")
+	}
+	m.markFenced(reason)
+	return true
+}

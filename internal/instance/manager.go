@@ -114,20 +114,13 @@ type Backoff struct {
 	Min, Max time.Duration
 }
 
-// stableRun is how long postgres must run before its next exit counts as a
-// new failure rather than one more of a crash loop: the restart backoff
-// starts again from its minimum, and the crash streak from one. Faults
-// minutes apart (a killed process, a fence) are then never mistaken for
-// data that cannot start.
-const stableRun = 30 * time.Second
-
-// nextCrashStreak counts an unexpected exit after postgres ran for ran.
-func nextCrashStreak(streak int, ran time.Duration) int {
-	if ran >= stableRun {
-		return 1
-	}
-	return streak + 1
-}
+// DefaultRestartBackoff restarts a crashed postgres almost at once: by the
+// time the manager sees the postmaster's exit its children have exited
+// too (they hold its output open), so nothing stands in the way of a new
+// one, and every second waited is a second without writes. The wait
+// doubles while postgres keeps crashing, and starts over once a run lasts
+// (crashLoopStableRun).
+var DefaultRestartBackoff = Backoff{Min: 100 * time.Millisecond, Max: 30 * time.Second}
 
 // next doubles d within the bounds.
 func (b Backoff) next(d time.Duration) time.Duration {
@@ -171,6 +164,9 @@ type Manager struct {
 	// unprepared: fenced by hand since before this start, the data
 	// directory was left as it was; Unfence prepares it.
 	unprepared bool
+	// crashes counts the short runs of postgres; the run loop alone uses
+	// it (state.crashStreak shows it).
+	crashes crashLoop
 
 	backups backups // the base backups taken since the manager started
 
@@ -189,7 +185,7 @@ type state struct {
 	config   instanceapi.Config
 	restarts int
 	// crashStreak counts the unexpected exits in a row, each within
-	// stableRun of the start before it (see nextCrashStreak).
+	// crashLoopStableRun of the start before it (crashLoop.streak).
 	crashStreak int
 	// startedAt is when the running (or last) postmaster was started.
 	startedAt time.Time
@@ -368,10 +364,7 @@ func (m *Manager) supervise(ctx context.Context) error {
 		case <-ctx.Done():
 			return m.shutdown(ctx)
 		case <-m.exited():
-			if ranStably := m.recordCrash(); ranStably {
-				backoff = 0
-			}
-			restartAt, backoff = m.scheduleRestart(backoff)
+			restartAt, backoff = m.afterCrash(ctx, backoff)
 		case <-restartAt:
 			restartAt, backoff = m.restart(ctx, backoff)
 		case <-leaseTick:
@@ -438,24 +431,40 @@ func (m *Manager) exited() <-chan struct{} {
 	return m.postgres.Done()
 }
 
-// recordCrash records an unexpected exit of postgres, and says whether it
-// had run for stableRun first, so the restart need not wait long.
-func (m *Manager) recordCrash() (ranStably bool) {
+// afterCrash schedules the restart of a postgres that exited unexpectedly,
+// with the backoff started over after a stable run; a crash-looping
+// primary gives up its Lease instead (nothing scheduled: holding the Lease
+// again starts it).
+func (m *Manager) afterCrash(ctx context.Context, backoff time.Duration) (<-chan time.Time, time.Duration) {
+	looping, afterStableRun := m.recordCrash()
+	if afterStableRun {
+		backoff = 0
+	}
+	if looping && m.giveUpPrimary(ctx) {
+		return nil, backoff
+	}
+	return m.scheduleRestart(backoff)
+}
+
+// recordCrash records an unexpected exit of postgres; it says whether
+// postgres is crash-looping, and whether it had run stably before (see
+// crashLoop.crashed).
+func (m *Manager) recordCrash() (looping, afterStableRun bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	looping, afterStableRun = m.crashes.crashed(time.Since(m.state.startedAt))
+	m.state.crashStreak = m.crashes.streak
 	pm := m.postgres
 	m.postgres = nil
 	m.state.restarts++
-	ran := time.Since(m.state.startedAt)
-	m.state.crashStreak = nextCrashStreak(m.state.crashStreak, ran)
 	m.state.phase = instanceapi.PhaseCrashed
 	m.state.lastError = fmt.Sprintf("postgres exited unexpectedly (%v)", pm.ExitErr())
 	if last := pm.LastError(); last != "" {
 		m.state.lastError += ": " + last
 	}
 	m.log.Info("Restarting postgres after an unexpected exit", "exit", fmt.Sprint(pm.ExitErr()), "lastError", pm.LastError(),
-		"crashStreak", m.state.crashStreak)
-	return ran >= stableRun
+		"crashesInARow", m.crashes.streak)
+	return looping, afterStableRun
 }
 
 // restart starts postgres when the restart timer fires, and schedules

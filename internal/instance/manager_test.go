@@ -148,20 +148,14 @@ func TestChangedPasswords(t *testing.T) {
 	}
 }
 
-func TestCrashStreak(t *testing.T) {
-	if got := nextCrashStreak(3, time.Second); got != 4 {
-		t.Errorf("a crash soon after a start: streak %d, want 4", got)
-	}
-	if got := nextCrashStreak(3, stableRun); got != 1 {
-		t.Errorf("a crash after a stable run: streak %d, want 1", got)
-	}
+func TestCurrentCrashStreak(t *testing.T) {
 	started := time.Now()
 	st := state{phase: instanceapi.PhaseRunning, crashStreak: 2, startedAt: started}
 	if got := st.currentCrashStreak(started.Add(time.Second)); got != 2 {
 		t.Errorf("running for 1s: streak %d, want 2 (not stable yet)", got)
 	}
-	if got := st.currentCrashStreak(started.Add(stableRun)); got != 0 {
-		t.Errorf("running for %s: streak %d, want 0", stableRun, got)
+	if got := st.currentCrashStreak(started.Add(crashLoopStableRun)); got != 0 {
+		t.Errorf("running for %s: streak %d, want 0", crashLoopStableRun, got)
 	}
 	st.phase = instanceapi.PhaseCrashed
 	if got := st.currentCrashStreak(started.Add(time.Hour)); got != 2 {

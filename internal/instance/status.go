@@ -86,9 +86,9 @@ func (m *Manager) dataDirSize() int64 {
 }
 
 // currentCrashStreak is the crash streak as of now: a postgres that has run
-// for stableRun since its last start has ended the streak.
+// for crashLoopStableRun since its last start has ended the streak.
 func (st state) currentCrashStreak(now time.Time) int {
-	if st.phase == instanceapi.PhaseRunning && now.Sub(st.startedAt) >= stableRun {
+	if st.phase == instanceapi.PhaseRunning && now.Sub(st.startedAt) >= crashLoopStableRun {
 		return 0
 	}
 	return st.crashStreak

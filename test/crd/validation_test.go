@@ -124,6 +124,11 @@ func TestInvalidClustersAreRejectedOnCreate(t *testing.T) {
 		{"name too long", `metadata: {name: a-very-long-cluster-name-that-leaves-no-room-for-pods}`, "a PostgresCluster name is at most 50 characters"},
 		{"retention in words", `spec: {backup: {objectStore: {endpoint: "https://s3", bucket: b1b, credentialsSecret: {name: s}}, retention: 7 days}}`, "spec.backup.retention"},
 		{"schedule that is not cron", `spec: {backup: {objectStore: {endpoint: "https://s3", bucket: b1b, credentialsSecret: {name: s}}, schedule: daily}}`, "spec.backup.schedule"},
+		{"lease renewed too seldom", `spec: {highAvailability: {leaseDuration: 4s, leaseRenewInterval: 3s}}`, "leaseRenewInterval must be at most half of leaseDuration"},
+		{"lease renewal left at 2s for a 3s lease", `spec: {highAvailability: {leaseDuration: 3s}}`, "leaseRenewInterval must be at most half of leaseDuration"},
+		{"lease in fractions of a second", `spec: {highAvailability: {leaseDuration: 4500ms, leaseRenewInterval: 1s}}`, "leaseDuration must be whole seconds from 2s to 60s"},
+		{"lease too long", `spec: {highAvailability: {leaseDuration: 2m}}`, "leaseDuration must be whole seconds from 2s to 60s"},
+		{"lease renewed too often", `spec: {highAvailability: {leaseDuration: 4s, leaseRenewInterval: 100ms}}`, "leaseRenewInterval must be at least 500ms"},
 		{"endpoint without scheme", `spec: {backup: {objectStore: {endpoint: "s3.example.com", bucket: b1b, credentialsSecret: {name: s}}}}`, "spec.backup.objectStore.endpoint"},
 	}
 	for _, tc := range cases {

@@ -17,6 +17,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 )
 
 // The environment switches of TestChaos.
@@ -26,20 +30,26 @@ const (
 	envChaosDuration = "TUSK_CHAOS_DURATION" // inject faults until this has passed; default: each fault twice
 	envChaosFaults   = "TUSK_CHAOS_FAULTS"   // comma list of fault names; default defaultChaosFaults
 	envChaosHold     = "TUSK_CHAOS_HOLD"     // how long a freeze or a network cut lasts; default 20s
+	envChaosMode     = "TUSK_CHAOS_MODE"     // sync (default: synchronous quorum, nothing may be lost) or async
+	envChaosLease    = "TUSK_CHAOS_LEASE"    // "duration,renewal" of the primary Lease (spec.highAvailability); default the manager's 10s,2s
 )
 
 // chaosFault is a kind of fault: inject breaks something and, for faults
 // that last (freeze, network cut), holds it for hold and undoes it. It
 // returns what it did, for the log.
 type chaosFault struct {
-	name      string
-	node      bool // acts on the node's processes (requireNodeAccess)
+	name string
+	node bool // acts on the node's processes (requireNodeAccess)
+	// failsOver: the fault makes the operator promote a replica, which in
+	// asynchronous mode may lose the last commits the replica had not
+	// received (assertBoundedLoss); no other fault may lose anything.
+	failsOver bool
 	inject    func(t *testing.T, ns, cluster string, hold time.Duration) string
 	describes string
 }
 
 var chaosFaults = []chaosFault{
-	{name: "delete-primary", describes: "delete the primary's pod", inject: func(t *testing.T, ns, cluster string, _ time.Duration) string {
+	{name: "delete-primary", failsOver: true, describes: "delete the primary's pod", inject: func(t *testing.T, ns, cluster string, _ time.Duration) string {
 		return "deleted pod " + deletePrimaryPod(t, ns, cluster)
 	}},
 	{name: "kill-postmaster", node: true, describes: "SIGKILL the primary's postmaster", inject: func(t *testing.T, ns, cluster string, _ time.Duration) string {
@@ -49,17 +59,25 @@ var chaosFaults = []chaosFault{
 	{name: "kill-operator", describes: "delete the operator's pod with grace 0", inject: func(t *testing.T, _, _ string, _ time.Duration) string {
 		return "killed operator pods " + strings.Join(killOperator(t), ", ")
 	}},
+	{name: "kill-operator-mid-failover", failsOver: true, node: true, describes: "delete the primary's pod, and SIGKILL the operator as soon as it records the replica it promotes", inject: func(t *testing.T, ns, cluster string, _ time.Duration) string {
+		f := killOperatorMidFailover(t, ns, cluster)
+		when := "before it recorded the new primary"
+		if f.recorded {
+			when = "too late: it had recorded the new primary already"
+		}
+		return fmt.Sprintf("deleted pod %s; killed the operator while it promoted %s, %s", f.oldPrimary, f.target, when)
+	}},
 	{name: "restart-all", describes: "delete every instance pod at once", inject: func(t *testing.T, ns, cluster string, _ time.Duration) string {
 		return "deleted pods " + strings.Join(deleteAllInstancePods(t, ns, cluster), ", ")
 	}},
-	{name: "freeze-primary", node: true, describes: "SIGSTOP the primary's PostgreSQL for the hold, then SIGCONT", inject: func(t *testing.T, ns, cluster string, hold time.Duration) string {
+	{name: "freeze-primary", failsOver: true, node: true, describes: "SIGSTOP the primary's PostgreSQL for the hold, then SIGCONT", inject: func(t *testing.T, ns, cluster string, hold time.Duration) string {
 		primary := currentPrimary(t, ns, cluster)
 		thaw := freezePostgres(t, ns, primary)
 		holdFault(t, hold)
 		thaw()
 		return fmt.Sprintf("froze the PostgreSQL of %s for %s", primary, hold)
 	}},
-	{name: "cut-primary", node: true, describes: "drop all but loopback traffic of the primary's pod for the hold, then restore", inject: func(t *testing.T, ns, cluster string, hold time.Duration) string {
+	{name: "cut-primary", failsOver: true, node: true, describes: "drop all but loopback traffic of the primary's pod for the hold, then restore", inject: func(t *testing.T, ns, cluster string, hold time.Duration) string {
 		primary := currentPrimary(t, ns, cluster)
 		restore := cutNetwork(t, ns, primary)
 		holdFault(t, hold)
@@ -70,7 +88,7 @@ var chaosFaults = []chaosFault{
 
 // defaultChaosFaults are every fault kind: a freeze and a network cut of
 // the primary are survived by failover with fencing (docs/chaos.md).
-var defaultChaosFaults = []string{"delete-primary", "kill-postmaster", "kill-operator", "restart-all", "freeze-primary", "cut-primary"}
+var defaultChaosFaults = []string{"delete-primary", "kill-postmaster", "kill-operator", "kill-operator-mid-failover", "restart-all", "freeze-primary", "cut-primary"}
 
 // holdFault keeps a fault in place for d: the one wait in the suite that is
 // not for a state, since the fault's duration is the point.
@@ -85,6 +103,9 @@ type chaosConfig struct {
 	duration time.Duration
 	hold     time.Duration
 	faults   []chaosFault
+	async    bool
+	// lease is spec.highAvailability; nil leaves the defaults.
+	lease *tuskv1alpha1.HighAvailabilitySpec
 }
 
 func chaosConfigFromEnv(t *testing.T) chaosConfig {
@@ -103,6 +124,16 @@ func chaosConfigFromEnv(t *testing.T) chaosConfig {
 			}
 		}
 	}
+	switch m := os.Getenv(envChaosMode); m {
+	case "", "sync":
+	case "async":
+		c.async = true
+	default:
+		t.Fatalf("%s=%q: sync or async", envChaosMode, m)
+	}
+	if s := os.Getenv(envChaosLease); s != "" {
+		c.lease = parseChaosLease(t, s)
+	}
 	names := defaultChaosFaults
 	if s := os.Getenv(envChaosFaults); s != "" {
 		names = strings.Split(s, ",")
@@ -115,6 +146,18 @@ func chaosConfigFromEnv(t *testing.T) chaosConfig {
 		c.faults = append(c.faults, chaosFaults[i])
 	}
 	return c
+}
+
+// parseChaosLease reads "duration,renewal", such as "4s,1s".
+func parseChaosLease(t *testing.T, s string) *tuskv1alpha1.HighAvailabilitySpec {
+	t.Helper()
+	d, r, ok := strings.Cut(s, ",")
+	duration, err1 := time.ParseDuration(d)
+	renew, err2 := time.ParseDuration(r)
+	if !ok || err1 != nil || err2 != nil {
+		t.Fatalf("%s=%q: want duration,renewal such as 4s,1s", envChaosLease, s)
+	}
+	return &tuskv1alpha1.HighAvailabilitySpec{LeaseDuration: metav1.Duration{Duration: duration}, LeaseRenewInterval: metav1.Duration{Duration: renew}}
 }
 
 func chaosFaultNames(faults []chaosFault) string {
@@ -136,7 +179,12 @@ func chaosSchedule(rng *rand.Rand, faults []chaosFault) []chaosFault {
 // chaosEvent is one fault injected and healed, for the figures.
 type chaosEvent struct {
 	fault      string
+	failsOver  bool
 	start, end time.Time
+	// lagBytes is the largest replay lag of a replica in status just
+	// before the fault; lost counts the rows it lost (asynchronous mode).
+	lagBytes int64
+	lost     int
 }
 
 // TestChaos: see the top of the file and docs/chaos.md.
@@ -153,18 +201,51 @@ func TestChaos(t *testing.T) {
 	if cfg.duration > 0 {
 		duration = cfg.duration.String()
 	}
-	t.Logf("chaos: seed %d, faults %s, duration %s, hold %s (replay: make chaos SEED=%d FAULTS=%s DURATION=%s HOLD=%s)",
-		cfg.seed, chaosFaultNames(cfg.faults), duration, cfg.hold, cfg.seed, chaosFaultNames(cfg.faults), os.Getenv(envChaosDuration), cfg.hold)
+	mode := "sync"
+	if cfg.async {
+		mode = "async"
+	}
+	t.Logf("chaos: seed %d, mode %s, faults %s, duration %s, hold %s (replay: make chaos SEED=%d MODE=%s FAULTS=%s DURATION=%s HOLD=%s LEASE=%s)",
+		cfg.seed, mode, chaosFaultNames(cfg.faults), duration, cfg.hold, cfg.seed, mode, chaosFaultNames(cfg.faults), os.Getenv(envChaosDuration), cfg.hold,
+		os.Getenv(envChaosLease))
 
 	ns := newNamespace(t)
-	const name = "chaos"
-	newHACluster(t, ns, name)
+	name := "chaos-" + mode
+	newChaosCluster(t, ns, name, cfg)
 	w := startWorkload(t, ns, name)
+	if cfg.async {
+		w.maxLost = asyncMaxLost
+	}
 	events := runChaos(t, ns, name, w, rng, cfg)
 
 	w.Stop(t)
-	assertNoWriteLost(t, w.Check(t))
-	logChaosFigures(t, w, events)
+	rep := w.Check(t)
+	if cfg.async {
+		for i, n := range assertBoundedLoss(t, w, rep, events) {
+			events[i].lost = n
+		}
+	} else {
+		assertNoWriteLost(t, rep)
+	}
+	logFailoverEvents(t, ns)
+	logChaosFigures(t, w, events, cfg.async)
+}
+
+// newChaosCluster is the HA tests' cluster (newHACluster): synchronous
+// quorum (ANY 1, block), or synchronous replication off (async); with
+// the Lease timings asked for.
+func newChaosCluster(t *testing.T, ns, name string, cfg chaosConfig) {
+	t.Helper()
+	pgc := newCluster(ns, name, haInstances)
+	pgc.Spec.PostgreSQL.Synchronous = tuskv1alpha1.SynchronousSpec{Mode: tuskv1alpha1.SynchronousQuorum, Number: 1,
+		WhenTooFewStandbys: tuskv1alpha1.StandbyShortageBlock}
+	if cfg.async {
+		pgc.Spec.PostgreSQL.Synchronous = tuskv1alpha1.SynchronousSpec{Mode: tuskv1alpha1.SynchronousOff}
+	}
+	pgc.Spec.HighAvailability = cfg.lease
+	createCluster(t, pgc, "")
+	waitReadyCondition(t, ns, name)
+	waitHealthy(t, ns, name, haInstances, time.Minute)
 }
 
 // runChaos injects the faults, one at a time, each in a subtest, until the
@@ -189,7 +270,7 @@ func runChaos(t *testing.T, ns, cluster string, w *workloadWriter, rng *rand.Ran
 			f = cfg.faults[rng.Intn(len(cfg.faults))]
 		}
 		var ev chaosEvent
-		ok := t.Run(fmt.Sprintf("%02d-%s", i+1, f.name), func(t *testing.T) { ev = injectAndHeal(t, ns, cluster, w, f, cfg.hold) })
+		ok := t.Run(fmt.Sprintf("%02d-%s", i+1, f.name), func(t *testing.T) { ev = injectAndHeal(t, ns, cluster, w, f, cfg, events) })
 		if !ok {
 			t.Fatalf("fault %d (%s) left the cluster broken or lost writes: stopping", i+1, f.name)
 		}
@@ -199,24 +280,47 @@ func runChaos(t *testing.T, ns, cluster string, w *workloadWriter, rng *rand.Ran
 
 // injectAndHeal injects one fault, waits for the cluster to be Healthy and
 // the writes to go through again, and checks the workload so far.
-func injectAndHeal(t *testing.T, ns, cluster string, w *workloadWriter, f chaosFault, hold time.Duration) chaosEvent {
-	ev := chaosEvent{fault: f.name, start: time.Now()}
-	t.Logf("chaos: injecting %s (%s)", f.name, f.describes)
-	t.Logf("chaos: %s", f.inject(t, ns, cluster, hold))
+func injectAndHeal(t *testing.T, ns, cluster string, w *workloadWriter, f chaosFault, cfg chaosConfig, past []chaosEvent) chaosEvent {
+	ev := chaosEvent{fault: f.name, failsOver: f.failsOver, lagBytes: replayLagBytes(t, ns, cluster)}
+	ev.start = time.Now()
+	t.Logf("chaos: injecting %s (%s); replicas' replay lag before it: %d bytes", f.name, f.describes, ev.lagBytes)
+	t.Logf("chaos: %s", f.inject(t, ns, cluster, cfg.hold))
 	waitHealthy(t, ns, cluster, haInstances, clusterChangeTimeout)
 	w.WaitAcks(t, 50, 2*time.Minute)
 	ev.end = time.Now()
 	t.Logf("chaos: %s healed in %.1fs; primary %s", f.name, ev.end.Sub(ev.start).Seconds(), currentPrimary(t, ns, cluster))
-	assertNoWriteLost(t, w.Check(t))
+	rep := w.Check(t)
+	if !cfg.async {
+		assertNoWriteLost(t, rep)
+		return ev
+	}
+	lost := assertBoundedLoss(t, w, rep, append(slices.Clone(past), ev))
+	ev.lost = lost[len(lost)-1]
 	return ev
 }
 
+// replayLagBytes is the largest replay lag of a replica the cluster's
+// status reports.
+func replayLagBytes(t *testing.T, ns, cluster string) int64 {
+	t.Helper()
+	var lag int64
+	for _, in := range mustGetCluster(t, ns, cluster).Status.Instances {
+		if in.LagBytes != nil {
+			lag = max(lag, *in.LagBytes)
+		}
+	}
+	return lag
+}
+
 // logChaosFigures prints, per fault kind, the median and longest write gap
-// the faults of that kind caused, and the time to heal.
-func logChaosFigures(t *testing.T, w *workloadWriter, events []chaosEvent) {
+// the faults of that kind caused, and the time to heal; in async mode also
+// the acknowledged rows they lost, and the replicas' largest replay lag
+// seen just before one of them.
+func logChaosFigures(t *testing.T, w *workloadWriter, events []chaosEvent, async bool) {
 	t.Helper()
 	recs := w.Ledger(t)
 	gaps, heals := map[string][]time.Duration{}, map[string][]time.Duration{}
+	lost, lag := map[string]int{}, map[string]int64{}
 	var kinds []string
 	for _, ev := range events {
 		if gaps[ev.fault] == nil {
@@ -224,18 +328,24 @@ func logChaosFigures(t *testing.T, w *workloadWriter, events []chaosEvent) {
 		}
 		gaps[ev.fault] = append(gaps[ev.fault], writeGapAround(recs, ev.start, ev.end))
 		heals[ev.fault] = append(heals[ev.fault], ev.end.Sub(ev.start))
+		lost[ev.fault] += ev.lost
+		lag[ev.fault] = max(lag[ev.fault], ev.lagBytes)
 	}
 	slices.Sort(kinds)
-	var table strings.Builder
-	fmt.Fprintf(&table, "%-16s %3s %12s %10s %12s\n", "fault", "n", "gap median", "gap max", "heal median")
-	for _, k := range kinds {
-		fmt.Fprintf(&table, "%-16s %3d %11.2fs %9.2fs %11.1fs\n", k, len(gaps[k]),
-			median(gaps[k]).Seconds(), slices.Max(gaps[k]).Seconds(), median(heals[k]).Seconds())
+	mode := "sync"
+	if async {
+		mode = "async"
 	}
-	t.Logf("chaos: %d faults\n%s", len(events), table.String())
+	var table strings.Builder
+	fmt.Fprintf(&table, "%-26s %3s %12s %10s %12s %6s %10s\n", "fault", "n", "gap median", "gap max", "heal median", "lost", "lag max")
 	for _, k := range kinds {
-		t.Logf("figure: chaos %s write gap median %.2fs max %.2fs (n=%d)", k,
-			median(gaps[k]).Seconds(), slices.Max(gaps[k]).Seconds(), len(gaps[k]))
+		fmt.Fprintf(&table, "%-26s %3d %11.2fs %9.2fs %11.1fs %6d %9dB\n", k, len(gaps[k]),
+			median(gaps[k]).Seconds(), slices.Max(gaps[k]).Seconds(), median(heals[k]).Seconds(), lost[k], lag[k])
+	}
+	t.Logf("chaos (%s): %d faults\n%s", mode, len(events), table.String())
+	for _, k := range kinds {
+		t.Logf("figure: chaos %s %s write gap median %.2fs max %.2fs (n=%d), lost %d", mode, k,
+			median(gaps[k]).Seconds(), slices.Max(gaps[k]).Seconds(), len(gaps[k]), lost[k])
 	}
 }
 

@@ -25,8 +25,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/instanceapi"
 )
 
 // currentPrimary is the instance the cluster's status names primary.
@@ -331,4 +335,111 @@ func boolRank(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// killOperatorProcess kills the operator at once: SIGKILL to every process
+// of its container on the node (a delete with grace 0 only asks the
+// kubelet, and the old process keeps working meanwhile), then, as
+// killOperator does, deletes its pods with grace 0 so the Deployment
+// replaces them; the cleanup waits for that. Needs node access.
+func killOperatorProcess(t *testing.T) []string {
+	t.Helper()
+	pods, err := operatorPods(context.Background())
+	if err != nil || len(pods) == 0 {
+		t.Fatalf("finding the operator's pods (%d found): %v", len(pods), err)
+	}
+	for _, p := range pods {
+		id, _ := containerID(t, operatorNamespace, p.Name, "operator")
+		procs, err := hostProcesses(id)
+		if err != nil || len(procs) == 0 {
+			t.Fatalf("finding the processes of the operator's container %s under /proc: %d found, %v", id, len(procs), err)
+		}
+		for _, proc := range procs {
+			if err := syscall.Kill(proc.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+				t.Fatalf("SIGKILL to operator process %d: %v", proc.PID, err)
+			}
+		}
+	}
+	return killOperator(t)
+}
+
+// midFailover is what killOperatorMidFailover saw.
+type midFailover struct {
+	oldPrimary, target string
+	// recorded: the failover was already recorded (status.currentPrimary
+	// moved) when the operator died; the kill then came too late to prove
+	// anything about a failover cut short.
+	recorded bool
+}
+
+// killOperatorMidFailover deletes the primary's pod, waits until the
+// operator has chosen and recorded a successor (status.targetPrimary names
+// another instance than status.currentPrimary: the failover has started,
+// the promotion is under way or about to be) and kills the operator's
+// process at that moment. A new operator must finish the failover.
+func killOperatorMidFailover(t *testing.T, ns, cluster string) midFailover {
+	t.Helper()
+	f := midFailover{oldPrimary: deletePrimaryPod(t, ns, cluster)}
+	// A tight poll: the promotion that follows takes well under a second.
+	eventuallyEvery(t, 2*time.Minute, 10*time.Millisecond, "the operator to start a failover from "+f.oldPrimary,
+		func(ctx context.Context) (bool, error) {
+			pgc, err := getCluster(ctx, ns, cluster)
+			if err != nil {
+				return false, err
+			}
+			f.target = pgc.Status.TargetPrimary
+			f.recorded = pgc.Status.CurrentPrimary != f.oldPrimary
+			return f.recorded || (f.target != "" && f.target != f.oldPrimary), nil
+		})
+	killOperatorProcess(t)
+	if f.recorded {
+		return f // the poll saw it over already
+	}
+	// A status write the operator sent just before it died may still land.
+	pgc := mustGetCluster(t, ns, cluster)
+	f.recorded = pgc.Status.CurrentPrimary != f.oldPrimary
+	return f
+}
+
+// assertOnePrimary fails unless exactly one instance is primary: the one
+// status names, the only pod the -rw Service selects and the only instance
+// reporting the primary role.
+func assertOnePrimary(t *testing.T, ns, cluster string) string {
+	t.Helper()
+	pgc := mustGetCluster(t, ns, cluster)
+	primary := pgc.Status.CurrentPrimary
+	var labelled, reporting []string
+	for _, p := range mustClusterPods(t, ns, cluster) {
+		if p.Labels[instanceapi.LabelRole] == string(instanceapi.RolePrimary) {
+			labelled = append(labelled, p.Name)
+		}
+	}
+	for _, in := range pgc.Status.Instances {
+		if in.Role == tuskv1alpha1.RolePrimary {
+			reporting = append(reporting, in.Name)
+		}
+	}
+	if len(labelled) != 1 || labelled[0] != primary || len(reporting) != 1 || reporting[0] != primary {
+		t.Fatalf("not exactly one primary: status names %s, pods labelled primary %v, instances reporting primary %v",
+			primary, labelled, reporting)
+	}
+	return primary
+}
+
+// logFailoverEvents logs the cluster's failover Events in order, so a
+// passing run still tells which instances were promoted and why.
+func logFailoverEvents(t *testing.T, ns string) {
+	t.Helper()
+	events, err := clientset.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Errorf("listing the Events: %v", err)
+		return
+	}
+	slices.SortFunc(events.Items, func(a, b eventsv1.Event) int { return a.EventTime.Compare(b.EventTime.Time) })
+	for _, e := range events.Items {
+		switch e.Reason {
+		case "FailingOver", "FailedOver", "FailoverBlocked", "DemotingFormerPrimary":
+			t.Logf("event %s %s: %s", e.EventTime.Format("15:04:05.000"), e.Reason, e.Note)
+		}
+	}
 }

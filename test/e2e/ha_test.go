@@ -106,3 +106,40 @@ func TestPrimaryPodDeletedUnderLoad(t *testing.T) {
 		deleted, done.Sub(start).Seconds(), currentPrimary(t, ns, name))
 	t.Logf("figure: primary pod deleted write gap %.2fs", gap.Seconds())
 }
+
+// TestOperatorKilledMidFailover: the primary's pod is deleted under the
+// writer and the operator's process is killed the moment it has recorded
+// the replica it is promoting (status.targetPrimary), before it recorded
+// the new primary. The next operator finishes the failover, or finds it
+// blocked and brings the old primary back: either way exactly one primary,
+// the cluster Healthy, the writes through again and nothing acknowledged
+// lost (synchronous quorum, block mode).
+func TestOperatorKilledMidFailover(t *testing.T) {
+	requireNodeAccess(t)
+	ns := newNamespace(t)
+	const name = "midfo"
+	newHACluster(t, ns, name)
+	w := startWorkload(t, ns, name)
+
+	start := time.Now()
+	f := killOperatorMidFailover(t, ns, name)
+	if f.recorded {
+		t.Fatalf("the operator recorded the failover from %s before it was killed: the kill came too late to test a failover cut short", f.oldPrimary)
+	}
+	t.Logf("killed the operator while it promoted %s in place of %s, %.2fs after the pod deletion", f.target, f.oldPrimary, time.Since(start).Seconds())
+	waitHealthy(t, ns, name, haInstances, clusterChangeTimeout)
+	w.WaitAcks(t, 100, 2*time.Minute)
+	done := time.Now()
+
+	logFailoverEvents(t, ns)
+	// Usually the killed operator's choice; the deleted primary when the
+	// next operator found no safe candidate (FailoverBlocked, in the
+	// events above) and recreated its pod, which took the free Lease back.
+	primary := assertOnePrimary(t, ns, name)
+	w.Stop(t)
+	assertNoWriteLost(t, w.Check(t))
+	gap := writeGapAround(w.Ledger(t), start, done)
+	t.Logf("primary now %s (the killed operator's choice: %s); Healthy and writing again %.1fs after the deletion",
+		primary, f.target, done.Sub(start).Seconds())
+	t.Logf("figure: operator killed mid-failover write gap %.2fs", gap.Seconds())
+}

@@ -3,15 +3,21 @@
 package instance
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"tusk.dev/tusk/internal/instance"
 	"tusk.dev/tusk/internal/instanceapi"
+	"tusk.dev/tusk/internal/testenv"
 )
 
 // BenchmarkPromote measures what failover waits for on an instance: from
@@ -67,4 +73,77 @@ func residentMiB(b testing.TB, pid int) (rss, anon float64) {
 		b.Fatal("no VmRSS in /proc/pid/status")
 	}
 	return rss, anon
+}
+
+// BenchmarkRestartAfterCrash measures what the kill-postmaster fault waits
+// for on an instance: from SIGKILL to the primary's postmaster, with idle
+// client sessions open (their backends outlive it for a moment), to the
+// first write committed by a new session. Run it with -benchtime 1x (and
+// -count for more runs): crashes in a row back off longer on purpose.
+func BenchmarkRestartAfterCrash(b *testing.B) {
+	n := startNode(b, "crash-1", nodeOptions{role: instanceapi.RolePrimary})
+	n.waitReady(instanceapi.RolePrimary)
+	benchmarkRestartAfterCrash(b, n)
+}
+
+// BenchmarkRestartAfterCrashSynchronous is BenchmarkRestartAfterCrash with
+// a synchronous standby (ANY 1), as the HA clusters run: the first commit
+// after the restart also waits for the standby to stream again.
+func BenchmarkRestartAfterCrashSynchronous(b *testing.B) {
+	n := startNode(b, "crashsync-1", nodeOptions{role: instanceapi.RolePrimary,
+		config: &instanceapi.Config{SynchronousStandbyNames: "ANY 1 (crashsync_2)"}})
+	n.waitReady(instanceapi.RolePrimary)
+	r := startNode(b, "crashsync_2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: n.port})
+	r.waitReady(instanceapi.RoleReplica)
+	benchmarkRestartAfterCrash(b, n)
+}
+
+func benchmarkRestartAfterCrash(b *testing.B, n *node) {
+	n.exec("CREATE TABLE t (id int)")
+	var total time.Duration
+	for i := range b.N {
+		b.StopTimer()
+		n.waitReady(instanceapi.RolePrimary)
+		sessions := openSessions(b, n, 8)
+		b.StartTimer()
+		start := time.Now()
+		if err := syscall.Kill(n.postmasterPid(), syscall.SIGKILL); err != nil {
+			b.Fatal(err)
+		}
+		testenv.Eventually(b, waitTimeout, func(ctx context.Context) error { return n.tryWrite(ctx, i) })
+		total += time.Since(start)
+		b.StopTimer()
+		closeSessions(sessions)
+	}
+	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms-to-first-write")
+}
+
+// openSessions opens n idle sessions to the node, as a pooled client holds.
+func openSessions(b testing.TB, n *node, count int) []*pgx.Conn {
+	var conns []*pgx.Conn
+	for range count {
+		conn, err := n.tryConnect(context.Background(), "postgres", superuserPassword, "app")
+		if err != nil {
+			b.Fatal(err)
+		}
+		conns = append(conns, conn)
+	}
+	return conns
+}
+
+func closeSessions(conns []*pgx.Conn) {
+	for _, c := range conns {
+		_ = c.Close(context.Background())
+	}
+}
+
+// tryWrite commits one row in a new session.
+func (n *node) tryWrite(ctx context.Context, id int) error {
+	conn, err := n.tryConnect(ctx, "postgres", superuserPassword, "app")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	_, err = conn.Exec(ctx, "INSERT INTO t VALUES ($1)", id)
+	return err
 }

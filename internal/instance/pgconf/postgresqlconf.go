@@ -87,13 +87,25 @@ type IgnoredParameter struct {
 // recycle the segment a starting pg_basebackup is about to stream, before
 // its temporary slot exists ("requested WAL segment ... has already been
 // removed"), and a replica that briefly disconnects must be copied again.
+//
+// recovery_init_sync_method = syncfs (14 and later, Linux): before crash
+// recovery PostgreSQL makes sure the data directory is on disk; fsync of
+// every file took more than a second of a restart after a crash, one
+// syncfs of the file system takes a few milliseconds.
+//
+// wal_retrieve_retry_interval = 1s: a replica whose primary restarted
+// (a crash restarted in place) retries streaming after this; PostgreSQL's
+// 5 s was most of the write gap of a synchronous cluster, whose commits
+// wait for a standby to stream again.
 var tuskDefaults = map[string]string{ //nolint:gosec // G101: password_encryption is a setting name, not a credential
-	"wal_level":             "replica",
-	"wal_keep_size":         "128MB",
-	"max_wal_senders":       "10",
-	"max_replication_slots": "10",
-	"wal_log_hints":         "on",
-	"password_encryption":   "scram-sha-256",
+	"wal_level":                   "replica",
+	"recovery_init_sync_method":   "syncfs",
+	"wal_retrieve_retry_interval": "1s",
+	"wal_keep_size":               "128MB",
+	"max_wal_senders":             "10",
+	"max_replication_slots":       "10",
+	"wal_log_hints":               "on",
+	"password_encryption":         "scram-sha-256",
 }
 
 // allowedWALLevels: minimal would break replicas and backups.
