@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -128,14 +129,46 @@ func (r *BackupScheduleReconciler) until(times ...time.Time) time.Duration {
 // patchStatus writes status.backup and the conditions with an optimistic
 // lock: the conditions list is replaced as a whole by a merge patch, so
 // one written on an old copy could drop the ClusterReconciler's latest.
+// When the ClusterReconciler wrote in between (a conflict), what this
+// reconciler decided is put on the newer copy and written again: the
+// decision stands (a retention run is not repeated for a status write).
 func (r *BackupScheduleReconciler) patchStatus(ctx context.Context, original, c *tuskv1alpha1.PostgresCluster) error {
 	if equality.Semantic.DeepEqual(original.Status, c.Status) {
 		return nil
 	}
-	if err := r.Status().Patch(ctx, c, client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})); err != nil {
+	err := r.Status().Patch(ctx, c, client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsConflict(err) {
+		err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+			return r.patchOwnStatusOnto(ctx, c)
+		})
+	}
+	if err != nil {
 		return fmt.Errorf("while updating the backup status of %s: %w", client.ObjectKeyFromObject(c), err)
 	}
 	return nil
+}
+
+// patchOwnStatusOnto copies what this reconciler owns in c's status
+// (status.backup, the ScheduledBackups and BackupRetention conditions)
+// onto the cluster as it is now, and writes it.
+func (r *BackupScheduleReconciler) patchOwnStatusOnto(ctx context.Context, c *tuskv1alpha1.PostgresCluster) error {
+	fresh := &tuskv1alpha1.PostgresCluster{}
+	if err := r.Get(ctx, client.ObjectKeyFromObject(c), fresh); err != nil {
+		return err
+	}
+	before := fresh.DeepCopy()
+	fresh.Status.Backup = c.Status.Backup.DeepCopy()
+	for _, typ := range []string{ConditionScheduledBackups, ConditionBackupRetention} {
+		if cond := meta.FindStatusCondition(c.Status.Conditions, typ); cond != nil {
+			meta.SetStatusCondition(&fresh.Status.Conditions, *cond)
+		} else {
+			meta.RemoveStatusCondition(&fresh.Status.Conditions, typ)
+		}
+	}
+	if equality.Semantic.DeepEqual(before.Status, fresh.Status) {
+		return nil
+	}
+	return r.Status().Patch(ctx, fresh, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 }
 
 // reconcileSchedule creates the PostgresBackup of the run that is due and
