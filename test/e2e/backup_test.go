@@ -42,7 +42,11 @@ func TestBackupAndPointInTimeRecovery(t *testing.T) {
 	insertRows(t, ns, source, 101, 200)
 	target := timeAfterLastCommit(t, ns, source)
 	insertRows(t, ns, source, 201, 300)
-	waitArchived(t, ns, source, psql(t, ns, source+"-rw", "SELECT pg_walfile_name(pg_switch_wal())"))
+	// Close the segment holding the last rows (pg_switch_wal is the
+	// superuser's), so that the archive has them without waiting for
+	// archive_timeout.
+	primary := mustGetCluster(t, ns, source).Status.CurrentPrimary
+	waitArchived(t, ns, source, instanceSQL(t, ns, source, primary, "SELECT pg_walfile_name(pg_switch_wal())"))
 
 	t.Run("to a time, from the PostgresBackup", func(t *testing.T) {
 		restored := newCluster(ns, "orders-at-time", 1)
