@@ -465,6 +465,12 @@ func (m *Manager) recovering() bool {
 	return m.opts.Recovery != nil && m.opts.Role == instanceapi.RolePrimary && !isDataDir(m.opts.DataDir)
 }
 
+// bootstrapRetryBackoff spaces the attempts of a recovery or clone that
+// failed. Its causes are fixed outside the pod, so retrying at a crashed
+// postgres's pace (RestartBackoff starts at 100 ms) would only load the
+// object store or the source cluster.
+var bootstrapRetryBackoff = Backoff{Min: time.Second, Max: 30 * time.Second}
+
 // bootstrapWithRetries is bootstrap; a recovery (or clone) that fails is tried
 // again with a growing wait (the operator shows the error meanwhile),
 // since its causes (a missing backup, an unreachable store, wrong
@@ -486,7 +492,7 @@ func (m *Manager) bootstrapWithRetries(ctx context.Context) (bool, error) {
 		if ctx.Err() != nil {
 			return false, err
 		}
-		wait = m.opts.RestartBackoff.next(wait)
+		wait = bootstrapRetryBackoff.next(wait)
 		m.recoveryFailed(err, wait)
 		select {
 		case <-ctx.Done():
