@@ -72,7 +72,7 @@ func (r *BackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if backupEnded(b) {
 		r.ended(b)
 	}
-	if perr := patchStatusIfChanged(ctx, r.Client, original, b, original.Status, b.Status); perr != nil {
+	if perr := ignoreConflict(ctx, patchStatusIfChanged(ctx, r.Client, original, b, original.Status, b.Status)); perr != nil {
 		return ctrl.Result{}, errors.Join(err, perr)
 	}
 	return result, err

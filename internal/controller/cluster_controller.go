@@ -95,7 +95,7 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		r.reportSpecError(c, se)
 		result, err = ctrl.Result{RequeueAfter: pollSpecErr}, nil
 	}
-	if perr := patchStatusIfChanged(ctx, r.Client, original, c, original.Status, c.Status); perr != nil {
+	if perr := ignoreConflict(ctx, patchStatusIfChanged(ctx, r.Client, original, c, original.Status, c.Status)); perr != nil {
 		return ctrl.Result{}, errors.Join(err, perr)
 	}
 	return result, err
