@@ -22,8 +22,8 @@ var errNotAnswering = errors.New("postgres did not answer")
 // needless failovers. That the postmaster still accepts sessions is
 // checked apart, with more patience: a new session is opened in the
 // background at each check, and the postmaster must have accepted one
-// within acceptWindow. A stopped postmaster lets the open sessions run on
-// but serves no new client; it is failed over too, a little later.
+// within two renewal periods. A stopped postmaster lets the open sessions
+// run on but serves no new client; it is failed over too, a little later.
 type healthSession struct {
 	mu   sync.Mutex
 	conn *pgx.Conn
