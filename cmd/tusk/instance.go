@@ -47,23 +47,57 @@ type instanceFlags struct {
 	clone      instance.CloneOptions
 }
 
+// storeFlags name an object store location: --<prefix>-endpoint, -bucket,
+// -path, -region and the files of its credentials and CA.
+type storeFlags struct {
+	endpoint, bucket, path, region string
+	accessKeyIDFile, secretKeyFile string
+	caFile                         string
+}
+
+// add adds the flags; of says whose location it is, endpointHelp and
+// pathHelp what an empty endpoint and an empty path mean.
+func (s *storeFlags) add(fl *pflag.FlagSet, prefix, of, endpointHelp, pathHelp string) {
+	fl.StringVar(&s.endpoint, prefix+"-endpoint", "", "S3 endpoint (http[s]://host[:port]) of "+of+"; "+endpointHelp)
+	fl.StringVar(&s.bucket, prefix+"-bucket", "", "bucket of "+of)
+	fl.StringVar(&s.path, prefix+"-path", "", "path prefix of "+of+" in the bucket "+pathHelp)
+	fl.StringVar(&s.region, prefix+"-region", "", "S3 region of "+of+", when the store needs one")
+	fl.StringVar(&s.accessKeyIDFile, prefix+"-access-key-id-file", "", "file holding the S3 access key ID of "+of)
+	fl.StringVar(&s.secretKeyFile, prefix+"-secret-access-key-file", "", "file holding the S3 secret access key of "+of)
+	fl.StringVar(&s.caFile, prefix+"-ca-file", "", "PEM bundle trusted for the certificate of "+of+", besides the system's")
+}
+
+func (s *storeFlags) config() objectstore.Config {
+	return objectstore.Config{
+		Endpoint: s.endpoint, Bucket: s.bucket, Path: s.path, Region: s.region,
+		AccessKeyIDFile: s.accessKeyIDFile, SecretAccessKeyFile: s.secretKeyFile, CAFile: s.caFile,
+	}
+}
+
+// tuskBinary is given, or this executable when empty: the binary postgres
+// runs as its archive or restore command (use says which).
+func tuskBinary(given, use string) (string, error) {
+	if given != "" {
+		return given, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("while finding the tusk binary for %s: %w", use, err)
+	}
+	return self, nil
+}
+
 // recoveryFlags make a new primary recover from a backup when a source
 // endpoint is given.
 type recoveryFlags struct {
-	endpoint, bucket, path, region    string
-	accessKeyIDFile, secretKeyFile    string
-	caFile, backup                    string
+	source                            storeFlags
+	backup                            string
 	targetTime, targetLSN, targetName string
 }
 
 func (r *recoveryFlags) add(fl *pflag.FlagSet) {
-	fl.StringVar(&r.endpoint, "recovery-source-endpoint", "", "S3 endpoint of the location a new primary recovers from instead of running initdb; no recovery when empty")
-	fl.StringVar(&r.bucket, "recovery-source-bucket", "", "bucket of the recovery source")
-	fl.StringVar(&r.path, "recovery-source-path", "", "path prefix of the recovery source's location in the bucket (required)")
-	fl.StringVar(&r.region, "recovery-source-region", "", "S3 region of the recovery source, when the store needs one")
-	fl.StringVar(&r.accessKeyIDFile, "recovery-source-access-key-id-file", "", "file holding the recovery source's S3 access key ID")
-	fl.StringVar(&r.secretKeyFile, "recovery-source-secret-access-key-file", "", "file holding the recovery source's S3 secret access key")
-	fl.StringVar(&r.caFile, "recovery-source-ca-file", "", "PEM bundle trusted for the recovery source's certificate, besides the system's")
+	r.source.add(fl, "recovery-source", "the recovery source",
+		"a new primary recovers from this location instead of running initdb; no recovery when empty", "(required)")
 	fl.StringVar(&r.backup, "recovery-backup", instance.LatestBackup, "backup to recover from; "+instance.LatestBackup+
 		": the newest that ended before the target")
 	fl.StringVar(&r.targetTime, "recovery-target-time", "", "recover up to this time (RFC 3339) and promote")
@@ -73,67 +107,48 @@ func (r *recoveryFlags) add(fl *pflag.FlagSet) {
 
 // options returns the recovery options, nil without a source endpoint.
 func (r *recoveryFlags) options(cluster, binary string) (*instance.RecoveryOptions, error) {
-	if r.endpoint == "" {
+	if r.source.endpoint == "" {
 		return nil, nil
 	}
 	target, err := parseTarget(r.targetTime, r.targetLSN, r.targetName, "--recovery-target")
 	if err != nil {
 		return nil, err
 	}
-	if binary == "" {
-		if binary, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("while finding the tusk binary for restore_command: %w", err)
-		}
+	if binary, err = tuskBinary(binary, "restore_command"); err != nil {
+		return nil, err
 	}
 	return &instance.RecoveryOptions{
 		Backup: r.backup, Target: target, Binary: binary,
-		Source: walarchive.Config{Cluster: cluster, ObjectStore: objectstore.Config{
-			Endpoint: r.endpoint, Bucket: r.bucket, Path: r.path, Region: r.region,
-			AccessKeyIDFile: r.accessKeyIDFile, SecretAccessKeyFile: r.secretKeyFile, CAFile: r.caFile,
-		}},
+		Source: walarchive.Config{Cluster: cluster, ObjectStore: r.source.config()},
 	}, nil
 }
 
 // archiveFlags turn continuous WAL archiving on when an endpoint is given.
 type archiveFlags struct {
-	endpoint, bucket, path, region string
-	accessKeyIDFile, secretKeyFile string
-	caFile, binary                 string
-	timeout                        time.Duration
+	store   storeFlags
+	binary  string
+	timeout time.Duration
 }
 
 func (a *archiveFlags) add(fl *pflag.FlagSet) {
-	fl.StringVar(&a.endpoint, "wal-archive-endpoint", "", "S3 endpoint (http[s]://host[:port]) to archive WAL to; no archiving when empty")
-	fl.StringVar(&a.bucket, "wal-archive-bucket", "", "bucket of the WAL archive")
-	fl.StringVar(&a.path, "wal-archive-path", "", "path prefix of the cluster's location in the bucket (the cluster's name when empty)")
-	fl.StringVar(&a.region, "wal-archive-region", "", "S3 region, when the store needs one")
-	fl.StringVar(&a.accessKeyIDFile, "wal-archive-access-key-id-file", "", "file holding the S3 access key ID")
-	fl.StringVar(&a.secretKeyFile, "wal-archive-secret-access-key-file", "", "file holding the S3 secret access key")
-	fl.StringVar(&a.caFile, "wal-archive-ca-file", "", "PEM bundle trusted for the endpoint's certificate, besides the system's")
+	a.store.add(fl, "wal-archive", "the WAL archive", "no archiving when empty", "(the cluster's name when empty)")
 	fl.StringVar(&a.binary, "wal-archive-binary", "", "tusk binary postgres runs as archive_command (this executable when empty)")
 	fl.DurationVar(&a.timeout, "archive-timeout", instance.DefaultArchiveTimeout, "archive_timeout: the longest WAL waits before its segment is switched and archived")
 }
 
 // options returns the archiving options, nil without an endpoint.
 func (a *archiveFlags) options(cluster string) (*instance.WALArchiveOptions, error) {
-	if a.endpoint == "" {
+	if a.store.endpoint == "" {
 		return nil, nil
 	}
-	binary := a.binary
-	if binary == "" {
-		self, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("while finding the tusk binary for archive_command: %w", err)
-		}
-		binary = self
+	binary, err := tuskBinary(a.binary, "archive_command")
+	if err != nil {
+		return nil, err
 	}
 	return &instance.WALArchiveOptions{
 		Binary:  binary,
 		Timeout: a.timeout,
-		Config: walarchive.Config{Cluster: cluster, ObjectStore: objectstore.Config{
-			Endpoint: a.endpoint, Bucket: a.bucket, Path: a.path, Region: a.region,
-			AccessKeyIDFile: a.accessKeyIDFile, SecretAccessKeyFile: a.secretKeyFile, CAFile: a.caFile,
-		}},
+		Config:  walarchive.Config{Cluster: cluster, ObjectStore: a.store.config()},
 	}, nil
 }
 

@@ -21,24 +21,11 @@ func TestBackupPodMountsTheKeysItsArgumentsName(t *testing.T) {
 	c := backupCluster()
 	pod := instancePod(c, instanceName(c.Name, 1), instanceapi.RolePrimary, testManagerImage)
 	args := pod.Spec.Containers[0].Command
-	want := map[string]struct{ volume, secret, key string }{
+	checkSecretFileFlags(t, pod, map[string]secretFile{
 		"--wal-archive-access-key-id-file":     {"backup-credentials", "s3-creds", "id"},
 		"--wal-archive-secret-access-key-file": {"backup-credentials", "s3-creds", "secret"},
 		"--wal-archive-ca-file":                {"backup-ca", "s3-ca", "bundle.pem"},
-	}
-	for flag, w := range want {
-		file := flagValue(args, flag)
-		vol := volumeNamed(pod, w.volume)
-		mount := mountNamed(pod.Spec.Containers[0], w.volume)
-		if file == "" || vol == nil || vol.Secret == nil || mount == nil || !mount.ReadOnly {
-			t.Errorf("%s=%q, volume %+v, mount %+v: want a read-only Secret volume", flag, file, vol, mount)
-			continue
-		}
-		item := strings.TrimPrefix(file, mount.MountPath+"/")
-		if vol.Secret.SecretName != w.secret || !slices.Contains(vol.Secret.Items, corev1.KeyToPath{Key: w.key, Path: item}) {
-			t.Errorf("%s=%s: volume %s mounts %s items %+v, want key %s at %s", flag, file, w.volume, vol.Secret.SecretName, vol.Secret.Items, w.key, item)
-		}
-	}
+	})
 	if got := len(volumeNamed(pod, "backup-credentials").Secret.Items); got != 2 {
 		t.Errorf("the credentials volume mounts %d keys, want the 2 the spec names", got)
 	}
@@ -178,5 +165,29 @@ func TestSetStatusArchive(t *testing.T) {
 	setStatus(c, v, progress{})
 	if c.Status.Archive != nil || condition(c, ConditionDegraded).Reason == ReasonArchiveFailing {
 		t.Errorf("without spec.backup: status.archive %+v, Degraded %+v", c.Status.Archive, condition(c, ConditionDegraded))
+	}
+}
+
+// secretFile is where a flag's file must come from: an item of the Secret
+// volume mounted there, holding the Secret's key.
+type secretFile struct{ volume, secret, key string }
+
+// checkSecretFileFlags checks that each flag names a file of a read-only
+// Secret volume, the item of the key want says.
+func checkSecretFileFlags(t *testing.T, pod *corev1.Pod, want map[string]secretFile) {
+	t.Helper()
+	args := pod.Spec.Containers[0].Command
+	for flag, w := range want {
+		file := flagValue(args, flag)
+		vol := volumeNamed(pod, w.volume)
+		mount := mountNamed(pod.Spec.Containers[0], w.volume)
+		if file == "" || vol == nil || vol.Secret == nil || mount == nil || !mount.ReadOnly {
+			t.Errorf("%s=%q, volume %+v, mount %+v: want a read-only Secret volume", flag, file, vol, mount)
+			continue
+		}
+		item := strings.TrimPrefix(file, mount.MountPath+"/")
+		if vol.Secret.SecretName != w.secret || !slices.Contains(vol.Secret.Items, corev1.KeyToPath{Key: w.key, Path: item}) {
+			t.Errorf("%s=%s: volume %s mounts %s items %+v, want key %s at %s", flag, file, w.volume, vol.Secret.SecretName, vol.Secret.Items, w.key, item)
+		}
 	}
 }

@@ -85,17 +85,7 @@ func TestResolveRecovery(t *testing.T) {
 				tc.change(c)
 			}
 			src, wait, err := resolveRecovery(c, tc.backup)
-			var got string
-			switch se, ok := asSpecError(err); {
-			case ok:
-				got = "error " + se.reason + ": " + se.message
-			case err != nil:
-				got = "unexpected error: " + err.Error()
-			case wait != "":
-				got = "wait: " + wait
-			default:
-				got = src.store.Path + ", " + src.backup
-			}
+			got := resolution(err, wait, func() string { return src.store.Path + ", " + src.backup })
 			if !strings.HasPrefix(got, tc.want) {
 				t.Errorf("resolveRecovery = %q, want %q", got, tc.want)
 			}
@@ -117,23 +107,11 @@ func TestRecoveryPodMountsTheSourceKeys(t *testing.T) {
 	plain := pod.DeepCopy()
 	withRecovery(pod, src)
 	args := pod.Spec.Containers[0].Command
-	for flag, w := range map[string]struct{ volume, secret, key string }{
+	checkSecretFileFlags(t, pod, map[string]secretFile{
 		"--recovery-source-access-key-id-file":     {"recovery-source-credentials", "src-creds", "id"},
 		"--recovery-source-secret-access-key-file": {"recovery-source-credentials", "src-creds", "SECRET_ACCESS_KEY"},
 		"--recovery-source-ca-file":                {"recovery-source-ca", "src-ca", "ca.pem"},
-	} {
-		file := flagValue(args, flag)
-		vol := volumeNamed(pod, w.volume)
-		mount := mountNamed(pod.Spec.Containers[0], w.volume)
-		if file == "" || vol == nil || vol.Secret == nil || mount == nil || !mount.ReadOnly {
-			t.Errorf("%s=%q, volume %+v, mount %+v: want a read-only Secret volume", flag, file, vol, mount)
-			continue
-		}
-		item := strings.TrimPrefix(file, mount.MountPath+"/")
-		if vol.Secret.SecretName != w.secret || !slices.Contains(vol.Secret.Items, corev1.KeyToPath{Key: w.key, Path: item}) {
-			t.Errorf("%s=%s: volume %s mounts %s items %+v, want key %s at %s", flag, file, w.volume, vol.Secret.SecretName, vol.Secret.Items, w.key, item)
-		}
-	}
+	})
 	for flag, value := range map[string]string{
 		"--recovery-source-endpoint": "https://s3.example.com", "--recovery-source-bucket": "backups",
 		"--recovery-source-path": "prod/orders", "--recovery-backup": "nightly",
@@ -262,17 +240,7 @@ func TestResolveClone(t *testing.T) {
 			cc.Name = "orders"
 		}
 		src, wait, err := resolveClone(cc, tc.source)
-		var got string
-		switch se, ok := asSpecError(err); {
-		case ok:
-			got = "error " + se.reason + ": " + se.message
-		case err != nil:
-			got = "unexpected error: " + err.Error()
-		case wait != "":
-			got = "wait: " + wait
-		default:
-			got = "clone " + src.clone.Name
-		}
+		got := resolution(err, wait, func() string { return "clone " + src.clone.Name })
 		if !strings.HasPrefix(got, tc.want) {
 			t.Errorf("%s: resolveClone = %q, want %q", tc.name, got, tc.want)
 		}
@@ -301,5 +269,20 @@ func TestClonePodMountsTheSourceCertificate(t *testing.T) {
 	}
 	if pod.Annotations[AnnotationHash] != podSpecHash(c, testManagerImage) {
 		t.Error("the cloning pod's spec hash is not the cluster's")
+	}
+}
+
+// resolution describes what a resolve function decided, for comparison:
+// a spec error with its reason, a wait, or (resolved) what it found.
+func resolution(err error, wait string, resolved func() string) string {
+	switch se, ok := asSpecError(err); {
+	case ok:
+		return "error " + se.reason + ": " + se.message
+	case err != nil:
+		return "unexpected error: " + err.Error()
+	case wait != "":
+		return "wait: " + wait
+	default:
+		return resolved()
 	}
 }
