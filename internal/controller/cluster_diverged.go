@@ -57,10 +57,21 @@ func divergedReplica(m, primary *member) bool {
 		!m.status.Streaming && m.status.Timeline < primary.status.Timeline
 }
 
+// reportsDiverged says a replica reported that it cannot follow the
+// primary's timeline: it has WAL past the point where that timeline forked
+// off. Rewinding it at once matters in synchronous mode, where it may be
+// the standby that commits wait for.
+func reportsDiverged(m, primary *member) bool {
+	return m != primary && m.status != nil && m.pod != nil && m.pod.DeletionTimestamp == nil &&
+		m.status.Role == instanceapi.RoleReplica && m.status.Phase == instanceapi.PhaseRunning && m.status.Diverged != ""
+}
+
 // rewindDivergedReplicas rewinds (pg_rewind, or a fresh copy when that
-// fails) replicas that stay on an older timeline than the primary's without
-// streaming: after an asynchronous failover a replica may have received
-// WAL the new primary never had, and then cannot follow it.
+// fails) replicas that say they diverged, at once, and replicas that stay
+// on an older timeline than the primary's without streaming: after a
+// failover a replica may have received WAL the new primary never had (an
+// asynchronous one, or WAL a healed partition delivered late), and then
+// cannot follow it.
 func (r *ClusterReconciler) rewindDivergedReplicas(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, ic *instanceClient) error {
 	primary := v.member(c.Status.CurrentPrimary)
 	if primary == nil || primary.status == nil || primary.status.Role != instanceapi.RolePrimary || c.Status.TargetPrimary != c.Status.CurrentPrimary {
@@ -70,16 +81,22 @@ func (r *ClusterReconciler) rewindDivergedReplicas(ctx context.Context, c *tuskv
 	up := instanceapi.FollowRequest{Upstream: instanceapi.Upstream{Host: rwServiceName(c), Port: postgresPort}}
 	for _, m := range v.members {
 		key := c.Namespace + "/" + m.name
-		if !divergedReplica(m, primary) {
+		said := reportsDiverged(m, primary)
+		if !said && !divergedReplica(m, primary) {
 			r.diverged.forget(key)
 			continue
 		}
-		if r.diverged.heldFor(key, now) < divergedAfter {
+		if !said && r.diverged.heldFor(key, now) < divergedAfter {
 			continue
 		}
 		r.diverged.forget(key)
-		r.event(c, corev1.EventTypeWarning, ReasonRewinding, "Heal", "%s has stayed on timeline %d without streaming from the primary %s (timeline %d); rewinding it",
-			m.name, m.status.Timeline, primary.name, primary.status.Timeline)
+		if said {
+			r.event(c, corev1.EventTypeWarning, ReasonRewinding, "Heal", "%s cannot follow the primary %s (timeline %d): %s; rewinding it",
+				m.name, primary.name, primary.status.Timeline, m.status.Diverged)
+		} else {
+			r.event(c, corev1.EventTypeWarning, ReasonRewinding, "Heal", "%s has stayed on timeline %d without streaming from the primary %s (timeline %d); rewinding it",
+				m.name, m.status.Timeline, primary.name, primary.status.Timeline)
+		}
 		if err := ic.call(ctx, m.pod, http.MethodPost, instanceapi.PathDemote, up, nil); err != nil {
 			return fmt.Errorf("while rewinding %s: %w", m.name, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -163,7 +164,7 @@ func (r *ClusterReconciler) reconcileFailover(ctx context.Context, c *tuskv1alph
 		target != nil && target.status != nil && target.status.Role == instanceapi.RolePrimary {
 		// Promoted in an earlier pass that could not record it.
 		f.done = true
-		return f, r.recordFailover(ctx, c, v, target, f.failed)
+		return f, r.recordFailover(ctx, c, v, target, f.failed, ic)
 	}
 	candidate, blocked := failoverCandidate(c, v)
 	if candidate == nil {
@@ -189,7 +190,7 @@ func (r *ClusterReconciler) reconcileFailover(ctx context.Context, c *tuskv1alph
 		return f, err
 	}
 	f.done = true
-	return f, r.recordFailover(ctx, c, v, candidate, f.failed)
+	return f, r.recordFailover(ctx, c, v, candidate, f.failed, ic)
 }
 
 // reportFailoverBlocked warns, once per reason, that a failed primary has
@@ -241,14 +242,45 @@ func (r *ClusterReconciler) promoteWhenFree(ctx context.Context, candidate *memb
 
 // recordFailover makes the promoted replica the current primary and points
 // the -rw Service at it at once.
-func (r *ClusterReconciler) recordFailover(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, promoted *member, why string) error {
+func (r *ClusterReconciler) recordFailover(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, promoted *member, why string, ic *instanceClient) error {
 	from := c.Status.CurrentPrimary
 	c.Status.CurrentPrimary, c.Status.TargetPrimary = promoted.name, promoted.name
 	if err := r.persistStatus(ctx, c); err != nil {
 		return err
 	}
 	r.event(c, corev1.EventTypeWarning, ReasonFailedOver, "Failover", "%s is the primary in place of %s (%s)", promoted.name, from, why)
-	return r.reconcileRoleLabels(ctx, c, v)
+	if err := r.reconcileRoleLabels(ctx, c, v); err != nil {
+		return err
+	}
+	reconnectReplicas(ctx, v, promoted, ic)
+	return nil
+}
+
+// reconnectReplicas asks the other replicas that answer to connect their
+// WAL receivers afresh, through -rw, which now selects the promoted
+// instance. A receiver still attached to a former primary cut off by the
+// network would otherwise wait for TCP to give up (tcp_user_timeout, 10 s)
+// while a synchronous primary holds every commit for want of a standby,
+// and a partition that heals could still deliver it WAL the new primary
+// never had, which would make it diverge. Best effort: a replica that
+// cannot be asked reconnects by itself once TCP gives up.
+func reconnectReplicas(ctx context.Context, v *view, promoted *member, ic *instanceClient) {
+	log := ctrlLog(ctx)
+	var wg sync.WaitGroup
+	for _, m := range v.members {
+		if m == promoted || m.pod == nil || m.pod.DeletionTimestamp != nil || m.status == nil || m.status.Role != instanceapi.RoleReplica {
+			continue
+		}
+		wg.Go(func() {
+			var res instanceapi.ReconnectResult
+			if err := ic.call(ctx, m.pod, http.MethodPost, instanceapi.PathReconnect, nil, &res); err != nil {
+				log.Info("Could not ask a replica to reconnect to the new primary", "instance", m.name, "error", err.Error())
+				return
+			}
+			log.V(1).Info("Asked a replica to reconnect to the new primary", "instance", m.name, "restarted", res.Restarted)
+		})
+	}
+	wg.Wait()
 }
 
 // demoteFormerPrimaries turns an instance that is a primary, or fenced

@@ -294,6 +294,20 @@ func TestDivergedReplica(t *testing.T) {
 		t.Error("the primary is never diverged from itself")
 	}
 
+	// A replica that says it diverged is taken at its word, streaming
+	// (it reconnects and is turned away, again and again) or not.
+	if reportsDiverged(streaming, primary) {
+		t.Error("a replica that said nothing reported a divergence")
+	}
+	streaming.status.Diverged = "LOG:  new timeline 3 forked off current database system timeline 2 before current recovery point 0/41E11C0"
+	if !reportsDiverged(streaming, primary) {
+		t.Error("a replica that said it diverged was not taken at its word")
+	}
+	streaming.status.Phase = instanceapi.PhaseRejoining
+	if reportsDiverged(streaming, primary) {
+		t.Error("a replica already rejoining was reported diverged again")
+	}
+
 	var f firstSeen
 	at := time.Unix(100, 0)
 	if d := f.heldFor("a", at); d != 0 {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
+	"syscall"
 	"time"
 
 	"tusk.dev/tusk/internal/instance/supervisor"
@@ -183,6 +185,11 @@ func (m *Manager) rejoin(ctx context.Context, up instanceapi.Upstream) error {
 		return err
 	}
 	err := m.runTool(ctx, "pg_rewind", nil, "--target-pgdata="+m.opts.DataDir, "--source-server="+m.superuserConnInfo(up), "--progress")
+	if err != nil && couldNotConnect(err) {
+		// Nothing was touched; a fresh copy would fail the same way, or
+		// throw away a data directory that a rewind can still save.
+		return fmt.Errorf("cannot rejoin until the primary answers: %w", err)
+	}
 	if err != nil {
 		m.log.Info("pg_rewind could not rejoin this instance; copying the primary afresh with pg_basebackup", "reason", err.Error())
 		if err := m.recloneFrom(ctx, up); err != nil {
@@ -194,6 +201,15 @@ func (m *Manager) rejoin(ctx context.Context, up instanceapi.Upstream) error {
 	m.state.upstream = up
 	m.mu.Unlock()
 	return nil
+}
+
+// couldNotConnect says a client tool (pg_rewind) failed at its first
+// connection to the server, before it did anything: libpq's "connection to
+// server at ... failed". A connection lost later says "server closed the
+// connection" or similar, and then the data directory may be half-rewound.
+func couldNotConnect(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "connection to server at") && strings.Contains(msg, "failed:")
 }
 
 // recloneFrom replaces the data directory with a copy of up. The old one is
@@ -237,6 +253,48 @@ func (m *Manager) Follow(ctx context.Context, up instanceapi.Upstream) error {
 		return nil, err
 	})
 	return err
+}
+
+// Reconnect stops a replica's WAL receiver so that the startup process
+// starts another at once, which connects to the upstream afresh: after a
+// failover the old one may wait on a connection to the former primary
+// that the network dropped.
+func (m *Manager) Reconnect(ctx context.Context) (instanceapi.ReconnectResult, error) {
+	v, err := m.do(ctx, "reconnect", func(ctx context.Context) (any, error) {
+		if m.snapshot().role != instanceapi.RoleReplica {
+			return instanceapi.ReconnectResult{}, errors.New("only a replica has a WAL receiver to reconnect")
+		}
+		return m.stopWALReceiver(ctx)
+	})
+	res, _ := v.(instanceapi.ReconnectResult)
+	return res, err
+}
+
+// stopWALReceiver sends SIGTERM to the WAL receiver, a child of the
+// postmaster this manager started (so it may signal it).
+// pg_terminate_backend cannot: the receiver is an auxiliary process, not a
+// backend.
+func (m *Manager) stopWALReceiver(ctx context.Context) (instanceapi.ReconnectResult, error) {
+	conn, err := m.connect(ctx)
+	if err != nil {
+		return instanceapi.ReconnectResult{}, err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	var pid *int32
+	if err := conn.QueryRow(ctx, "SELECT (SELECT pid FROM pg_stat_wal_receiver)").Scan(&pid); err != nil {
+		return instanceapi.ReconnectResult{}, fmt.Errorf("while looking up the WAL receiver: %w", err)
+	}
+	if pid == nil || *pid <= 0 {
+		return instanceapi.ReconnectResult{}, nil
+	}
+	if err := syscall.Kill(int(*pid), syscall.SIGTERM); err != nil {
+		if errors.Is(err, syscall.ESRCH) { // it exited meanwhile
+			return instanceapi.ReconnectResult{}, nil
+		}
+		return instanceapi.ReconnectResult{}, fmt.Errorf("while stopping the WAL receiver (pid %d): %w", *pid, err)
+	}
+	m.log.Info("Stopped the WAL receiver so that it connects to the upstream afresh", "pid", *pid)
+	return instanceapi.ReconnectResult{Restarted: true}, nil
 }
 
 // Restart stops postgres cleanly (fast) and starts it again, applying

@@ -116,6 +116,10 @@ func (m *Manager) routes() http.Handler {
 	})
 	mux.HandleFunc("POST "+instanceapi.PathDemote, m.withUpstream(m.Demote))
 	mux.HandleFunc("POST "+instanceapi.PathFollow, m.withUpstream(m.Follow))
+	mux.HandleFunc("POST "+instanceapi.PathReconnect, func(w http.ResponseWriter, r *http.Request) {
+		res, err := m.Reconnect(r.Context())
+		reply(w, res, err)
+	})
 	mux.HandleFunc("POST "+instanceapi.PathStepDown, withUpstreamResult(m.StepDown))
 	mux.HandleFunc("POST "+instanceapi.PathRestart, func(w http.ResponseWriter, r *http.Request) {
 		reply(w, map[string]string{"result": "restarted"}, m.Restart(r.Context()))

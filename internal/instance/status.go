@@ -25,6 +25,9 @@ func (m *Manager) Status(ctx context.Context) instanceapi.Status {
 		DataDirBytes: m.dataDirSize(),
 		Recovery:     st.recovery,
 	}
+	if st.role == instanceapi.RoleReplica {
+		status.Diverged = m.postmasterDiverged()
+	}
 	if !st.lastPasswordRotation.IsZero() {
 		at := st.lastPasswordRotation.UTC()
 		status.LastPasswordRotation = &at
@@ -52,6 +55,17 @@ func (m *Manager) Status(ctx context.Context) instanceapi.Status {
 		}
 	}
 	return status
+}
+
+// postmasterDiverged is what the running postmaster said about diverging
+// from its upstream's timeline ("" when nothing, or when none runs).
+func (m *Manager) postmasterDiverged() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.postgres == nil {
+		return ""
+	}
+	return m.postgres.Diverged()
 }
 
 // dirSizer measures the data directory at most once per interval: walking

@@ -17,8 +17,11 @@ const (
 	// PathStepDown is the first half of a switchover; see StepDownResult.
 	PathStepDown = "/v1/step-down"
 	PathFollow   = "/v1/follow"
-	PathRestart  = "/v1/restart"
-	PathConfig   = "/v1/config"
+	// PathReconnect makes a replica's WAL receiver connect to its upstream
+	// afresh; see ReconnectResult.
+	PathReconnect = "/v1/reconnect"
+	PathRestart   = "/v1/restart"
+	PathConfig    = "/v1/config"
 	// PathFence stops postgres (fast) and keeps it stopped, the pod and its
 	// data left for inspection, until PathUnfence; see Status.Fenced.
 	PathFence   = "/v1/fence"
@@ -102,6 +105,10 @@ type Status struct {
 	ReplayedLSN string `json:"replayedLSN,omitempty"`
 	// Streaming says a replica has a live WAL receiver.
 	Streaming bool `json:"streaming,omitempty"`
+	// Diverged is PostgreSQL's own message when a replica cannot follow
+	// its upstream's timeline because it has WAL past the point where that
+	// timeline forked off; only a rewind helps. Empty otherwise.
+	Diverged string `json:"diverged,omitempty"`
 	// ReplayLagBytes is how far replay is behind what was received.
 	ReplayLagBytes int64 `json:"replayLagBytes,omitempty"`
 	// ReplayLagSeconds is the age of the last replayed transaction while
@@ -227,6 +234,19 @@ type Upstream struct {
 // /v1/follow), or a former primary to rejoin as a replica (POST /v1/demote).
 type FollowRequest struct {
 	Upstream Upstream `json:"upstream"`
+}
+
+// ReconnectResult is the answer to POST /v1/reconnect. After a failover a
+// replica's WAL receiver may still wait on a connection to the former
+// primary that the network dropped (TCP notices only after
+// tcp_user_timeout, and a partition that heals may even deliver WAL the new
+// primary never had); the operator asks the remaining replicas to connect
+// to the -rw Service again as soon as it points at the new primary.
+type ReconnectResult struct {
+	// Restarted says a WAL receiver was running and was stopped; the
+	// startup process starts a new one at once. False when none ran: one
+	// is already being started.
+	Restarted bool `json:"restarted"`
 }
 
 // StepDownResult is the answer to POST /v1/step-down (body: a

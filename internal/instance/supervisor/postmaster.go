@@ -58,6 +58,7 @@ type Postmaster struct {
 	mu        sync.Mutex
 	lastError string
 	recent    []logLine // the last few lines, to explain a FATAL
+	diverged  string
 }
 
 type logLine struct{ pid, text string }
@@ -120,6 +121,21 @@ func (p *Postmaster) LastError() string {
 	return p.lastError
 }
 
+// Diverged is the startup process's message saying this standby cannot
+// follow its upstream's new timeline, because it has WAL past the point
+// where that timeline forked off ("" while it has not said so): a replica
+// of a primary that failed over received WAL the new primary never had.
+// It keeps retrying and never gets further; only a rewind helps.
+func (p *Postmaster) Diverged() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.diverged
+}
+
+// divergedMessage is the part of PostgreSQL's message (xlogrecovery.c,
+// rescanLatestTimeLine) that says the standby diverged.
+const divergedMessage = "forked off current database system timeline"
+
 // severity finds PostgreSQL's message level in a log line, whatever
 // log_line_prefix puts before it.
 var severity = regexp.MustCompile(`\b(DEBUG[1-5]|LOG|INFO|NOTICE|WARNING|ERROR|FATAL|PANIC|DETAIL|HINT|CONTEXT|STATEMENT):  `)
@@ -137,6 +153,9 @@ func (p *Postmaster) remember(line, level string, start int) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if level == "LOG" && strings.Contains(entry.text, divergedMessage) {
+		p.diverged = entry.text
+	}
 	if level == "ERROR" || level == "FATAL" || level == "PANIC" {
 		var parts []string
 		for _, r := range p.recent {
