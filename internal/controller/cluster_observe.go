@@ -18,6 +18,13 @@ import (
 // takes longer is reported unreachable for this round.
 const statusTimeout = 3 * time.Second
 
+// lapsedPrimaryStatusTimeout bounds the answer of a primary whose Lease has
+// expired in the operator's eyes. It has fenced itself by then, if it runs
+// at all; one that answers still says so at once. Waiting the full
+// statusTimeout for a primary cut off by the network would only add to
+// the failover's write gap.
+const lapsedPrimaryStatusTimeout = 500 * time.Millisecond
+
 // member is one instance as Tusk sees it: its volume, its pod, and what its
 // instance manager said.
 type member struct {
@@ -64,11 +71,32 @@ func (v *view) readyCount() int {
 // observe lists the cluster's volumes and pods and asks every running
 // instance manager for its status, in parallel.
 func (r *ClusterReconciler) observe(ctx context.Context, c *tuskv1alpha1.PostgresCluster, ic *instanceClient) (*view, error) {
-	return observeCluster(ctx, r.Client, c, ic)
+	lease := r.leases.state(client.ObjectKey{Namespace: c.Namespace, Name: primaryLeaseName(c)})
+	return observeClusterWith(ctx, r.Client, c, ic, statusTimeouts(lease))
+}
+
+// statusTimeouts bounds each instance's answer: statusTimeout, but
+// lapsedPrimaryStatusTimeout for the holder of an expired primary Lease.
+func statusTimeouts(lease leaseState) func(instance string) time.Duration {
+	lapsed := ""
+	if lease.known && lease.free {
+		lapsed = lease.holder // "" when released: nobody is waited for less
+	}
+	return func(instance string) time.Duration {
+		if instance != "" && instance == lapsed {
+			return lapsedPrimaryStatusTimeout
+		}
+		return statusTimeout
+	}
 }
 
 // observeCluster is observe for any reconciler that reads a cluster.
 func observeCluster(ctx context.Context, r client.Reader, c *tuskv1alpha1.PostgresCluster, ic *instanceClient) (*view, error) {
+	return observeClusterWith(ctx, r, c, ic, func(string) time.Duration { return statusTimeout })
+}
+
+// observeClusterWith bounds each instance's answer by timeout(instance).
+func observeClusterWith(ctx context.Context, r client.Reader, c *tuskv1alpha1.PostgresCluster, ic *instanceClient, timeout func(string) time.Duration) (*view, error) {
 	sel := client.MatchingLabels(clusterLabels(c))
 	var pvcs corev1.PersistentVolumeClaimList
 	if err := r.List(ctx, &pvcs, client.InNamespace(c.Namespace), sel); err != nil {
@@ -98,18 +126,18 @@ func observeCluster(ctx context.Context, r client.Reader, c *tuskv1alpha1.Postgr
 		}
 	}
 	slices.SortFunc(v.members, func(a, b *member) int { return int(a.serial - b.serial) })
-	fetchStatuses(ctx, v, ic)
+	fetchStatuses(ctx, v, ic, timeout)
 	return v, nil
 }
 
-func fetchStatuses(ctx context.Context, v *view, ic *instanceClient) {
+func fetchStatuses(ctx context.Context, v *view, ic *instanceClient, timeout func(string) time.Duration) {
 	var wg sync.WaitGroup
 	for _, m := range v.members {
 		if m.pod == nil || m.pod.Status.PodIP == "" || m.pod.DeletionTimestamp != nil || ic == nil {
 			continue
 		}
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+			ctx, cancel := context.WithTimeout(ctx, timeout(m.name))
 			defer cancel()
 			st, err := ic.status(ctx, m.pod)
 			if err != nil {

@@ -336,3 +336,25 @@ func TestRolloutLeavesAFencedInstanceAlone(t *testing.T) {
 		t.Errorf("rollout = %+v, want it pending and waiting on the fenced pg-3", ro)
 	}
 }
+
+func TestStatusTimeouts(t *testing.T) {
+	tests := []struct {
+		name  string
+		lease leaseState
+		want  map[string]time.Duration
+	}{
+		{"lease never seen", leaseState{}, map[string]time.Duration{"pg-1": statusTimeout, "pg-2": statusTimeout}},
+		{"held and renewed", leaseState{known: true, holder: "pg-1", wait: 4 * time.Second}, map[string]time.Duration{"pg-1": statusTimeout, "pg-2": statusTimeout}},
+		{"released", leaseState{known: true, free: true}, map[string]time.Duration{"pg-1": statusTimeout, "pg-2": statusTimeout}},
+		{"expired: its holder is not waited for long", leaseState{known: true, holder: "pg-1", free: true},
+			map[string]time.Duration{"pg-1": lapsedPrimaryStatusTimeout, "pg-2": statusTimeout}},
+	}
+	for _, tc := range tests {
+		timeout := statusTimeouts(tc.lease)
+		for instance, want := range tc.want {
+			if got := timeout(instance); got != want {
+				t.Errorf("%s: timeout(%s) = %s, want %s", tc.name, instance, got, want)
+			}
+		}
+	}
+}

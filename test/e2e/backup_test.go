@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -59,6 +60,21 @@ func TestBackupAndPointInTimeRecovery(t *testing.T) {
 		assertRows(t, ns, restored.Name, 200)
 	})
 
+	t.Run("scheduled backups", func(t *testing.T) { testScheduledBackup(t, ns, source) })
+
+	t.Run("clone of the running cluster", func(t *testing.T) {
+		clone := newCluster(ns, "orders-clone", 1)
+		clone.Spec.Bootstrap = &tuskv1alpha1.BootstrapSpec{Clone: &tuskv1alpha1.CloneSpec{Cluster: source}}
+		createCluster(t, clone, "")
+		waitHealthy(t, ns, clone.Name, 1, clusterCreateTimeout)
+		assertRows(t, ns, clone.Name, 300)
+		// The clone is a cluster of its own: it takes writes the source
+		// never sees.
+		appSQL(t, ns, clone.Name, "INSERT INTO lifecycle VALUES (301)")
+		assertRows(t, ns, clone.Name, 301)
+		assertRows(t, ns, source, 300)
+	})
+
 	deleteCluster(t, ns, source)
 	t.Run("to the end of the archive, from the location of a deleted cluster", func(t *testing.T) {
 		restored := newCluster(ns, "orders-latest", 2)
@@ -74,6 +90,40 @@ func TestBackupAndPointInTimeRecovery(t *testing.T) {
 			func(context.Context) (bool, error) {
 				return len(s3.listKeys(t, restored.Name+"/wal/")) > 0, nil
 			})
+	})
+}
+
+// testScheduledBackup turns on a schedule of every minute with a
+// retention, waits for the schedule's backup to complete and for retention
+// to report the first recoverability point, then turns the schedule off.
+// (Retention deletes backups days old at the earliest; what it deletes is
+// tested against a real S3 server in internal/controller.)
+func testScheduledBackup(t *testing.T, ns, cluster string) {
+	patchClusterSpec(t, ns, cluster, map[string]any{"backup": map[string]any{"schedule": "* * * * *", "retention": "7d"}})
+	defer patchClusterSpec(t, ns, cluster, map[string]any{"backup": map[string]any{"schedule": nil}})
+	var name string
+	eventuallyEvery(t, 2*time.Minute, time.Second, "a backup created by the schedule", func(ctx context.Context) (bool, error) {
+		pgc, err := getCluster(ctx, ns, cluster)
+		if err != nil || pgc.Status.Backup == nil {
+			return false, err
+		}
+		name = pgc.Status.Backup.LastScheduledBackup
+		return name != "", nil
+	})
+	if !strings.HasPrefix(name, cluster+"-") {
+		t.Errorf("scheduled backup %q is not named after its cluster", name)
+	}
+	b := waitBackupCompleted(t, ns, name)
+	if b.Spec.Cluster.Name != cluster || b.Labels["tusk.dev/cluster"] != cluster {
+		t.Errorf("scheduled backup %s is not of cluster %s: spec %+v, labels %v", name, cluster, b.Spec, b.Labels)
+	}
+	eventuallyEvery(t, 2*time.Minute, time.Second, "retention reporting the first recoverability point", func(ctx context.Context) (bool, error) {
+		pgc, err := getCluster(ctx, ns, cluster)
+		if err != nil || pgc.Status.Backup == nil {
+			return false, err
+		}
+		frp := pgc.Status.Backup.FirstRecoverabilityPoint
+		return frp != nil && pgc.Status.Backup.NextScheduleTime != nil, nil
 	})
 }
 
@@ -100,7 +150,7 @@ func serverTime(t *testing.T, ns, cluster string) time.Time {
 }
 
 // takeBackup creates a PostgresBackup of cluster and waits for it to
-// complete, checking what its status says.
+// complete.
 func takeBackup(t *testing.T, ns, cluster, name string) *tuskv1alpha1.PostgresBackup {
 	t.Helper()
 	b := &tuskv1alpha1.PostgresBackup{
@@ -110,6 +160,14 @@ func takeBackup(t *testing.T, ns, cluster, name string) *tuskv1alpha1.PostgresBa
 	if err := kube.Create(context.Background(), b); err != nil {
 		t.Fatalf("creating PostgresBackup %s: %v", name, err)
 	}
+	return waitBackupCompleted(t, ns, name)
+}
+
+// waitBackupCompleted waits for PostgresBackup name to complete, checking
+// what its status says.
+func waitBackupCompleted(t *testing.T, ns, name string) *tuskv1alpha1.PostgresBackup {
+	t.Helper()
+	b := &tuskv1alpha1.PostgresBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	eventuallyEvery(t, backupTimeout, time.Second, "PostgresBackup "+name+" Completed", func(ctx context.Context) (bool, error) {
 		if err := kube.Get(ctx, client.ObjectKeyFromObject(b), b); err != nil {
 			return false, err
@@ -145,18 +203,28 @@ func waitArchived(t *testing.T, ns, cluster, segment string) {
 // cluster's credentials both work.
 func assertRows(t *testing.T, ns, cluster string, n int) {
 	t.Helper()
-	client := "sql-" + cluster
-	createPod(t, ns, appClientPod(client, cluster, "sleep", "infinity"))
-	waitPodReady(t, ns, client, 2*time.Minute)
-	ctx, cancel := context.WithTimeout(context.Background(), sqlTimeout)
-	defer cancel()
-	out, err := kubectl(ctx, "exec", "-n", ns, client, "--", "psql", serviceConninfo(ns, cluster+"-rw"),
-		"-XAtq", "-v", "ON_ERROR_STOP=1", "-c", "SELECT count(*), coalesce(min(id), 0), coalesce(max(id), 0) FROM lifecycle")
-	if err != nil {
-		t.Fatalf("reading the rows of %s: %v\n%s", cluster, err, out)
-	}
+	out := appSQL(t, ns, cluster, "SELECT count(*), coalesce(min(id), 0), coalesce(max(id), 0) FROM lifecycle")
 	want := strings.Join([]string{strconv.Itoa(n), "1", strconv.Itoa(n)}, "|")
 	if got := strings.TrimSpace(out); got != want {
 		t.Fatalf("%s holds count|min|max %s, want %s", cluster, got, want)
 	}
+}
+
+// appSQL runs sql as the cluster's application user through its -rw
+// Service, from a pod of its own holding that user's credentials.
+func appSQL(t *testing.T, ns, cluster, sql string) string {
+	t.Helper()
+	client := "sql-" + cluster
+	if _, err := clientset.CoreV1().Pods(ns).Get(context.Background(), client, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		createPod(t, ns, appClientPod(client, cluster, "sleep", "infinity"))
+	}
+	waitPodReady(t, ns, client, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), sqlTimeout)
+	defer cancel()
+	out, err := kubectl(ctx, "exec", "-n", ns, client, "--", "psql", serviceConninfo(ns, cluster+"-rw"),
+		"-XAtq", "-v", "ON_ERROR_STOP=1", "-c", sql)
+	if err != nil {
+		t.Fatalf("running %q on %s: %v\n%s", sql, cluster, err, out)
+	}
+	return out
 }
