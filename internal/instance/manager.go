@@ -352,8 +352,12 @@ func (m *Manager) supervise(ctx context.Context) error {
 	defer poll.Stop()
 	leaseTick, stopLeaseTick := m.startLeaseTicker()
 	defer stopLeaseTick()
-	// A primary fenced by hand takes its Lease at the first tick.
-	if !m.snapshot().fencedByHand && m.mayStart(ctx) {
+	// A primary fenced by hand takes its Lease at the first tick. A former
+	// primary that could not rejoin yet stays stopped until it does.
+	switch st := m.snapshot(); {
+	case st.pendingRejoin != nil && !st.fencedByHand:
+		restartAt, backoff = m.scheduleRestart(backoff)
+	case !st.fencedByHand && m.mayStart(ctx):
 		if err := m.startPostgres(ctx); err != nil {
 			m.setError(err)
 			restartAt, backoff = m.scheduleRestart(backoff)

@@ -31,7 +31,17 @@ func (m *Manager) alignExistingDataDir(ctx context.Context) error {
 	m.mu.Unlock()
 	if role == instanceapi.RoleReplica && !isStandbyDataDir(m.opts.DataDir) {
 		m.log.Info("The data directory was a primary's; rejoining as a replica", "upstream", m.opts.Upstream.Host)
-		return m.rejoin(ctx, m.opts.Upstream)
+		if err := m.rejoin(ctx, m.opts.Upstream); err != nil {
+			// The new primary may not answer yet (its -rw Service moves
+			// after the failover is recorded): keep postgres stopped and
+			// retry with the restart backoff, reporting why, rather than
+			// exit into the kubelet's growing CrashLoopBackOff.
+			m.setError(err)
+			up := m.opts.Upstream
+			m.mu.Lock()
+			m.state.pendingRejoin = &up
+			m.mu.Unlock()
+		}
 	}
 	return nil
 }

@@ -1,0 +1,71 @@
+//go:build integration
+
+package instance
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"tusk.dev/tusk/internal/instanceapi"
+)
+
+// TestFormerPrimaryWaitsForTheNewPrimary: a former primary whose pod is
+// recreated as a replica rewinds before postgres starts. When the new
+// primary does not answer yet, its manager keeps running with postgres
+// stopped (phase Rejoining, the reason in lastError) and retries, instead
+// of exiting into the kubelet's CrashLoopBackOff; once the new primary
+// answers it rejoins without a fresh copy.
+func TestFormerPrimaryWaitsForTheNewPrimary(t *testing.T) {
+	former := startNode(t, "rj-1", nodeOptions{role: instanceapi.RolePrimary})
+	former.waitReady(instanceapi.RolePrimary)
+	former.exec("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)")
+	next := startNode(t, "rj-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: former.port})
+	next.waitReady(instanceapi.RoleReplica)
+	next.waitIDs(1)
+
+	former.stop()
+	next.command(http.MethodPost, instanceapi.PathPromote, nil, nil)
+	next.waitReady(instanceapi.RolePrimary)
+	next.exec("INSERT INTO t VALUES (2)")
+	next.stop()
+
+	former.start(withFlags(former.args, "--role", string(instanceapi.RoleReplica), "--upstream-port", strconv.Itoa(next.port)))
+	former.waitFor("waiting to rejoin", func(st instanceapi.Status) error {
+		if st.Phase != instanceapi.PhaseRejoining || !strings.Contains(st.LastError, "cannot rejoin until the primary answers") {
+			return errors.New("phase " + string(st.Phase) + ", last error " + st.LastError)
+		}
+		return nil
+	})
+	select {
+	case <-former.exited:
+		t.Fatalf("the manager exited instead of waiting for the new primary:\n%s", former.logs())
+	default:
+	}
+	if ps := former.postgresProcesses(); len(ps) > 0 {
+		t.Fatalf("a former primary that has not rejoined runs postgres: %v", ps)
+	}
+
+	next.start(withFlags(next.args, "--role", string(instanceapi.RolePrimary)))
+	next.waitReady(instanceapi.RolePrimary)
+	former.waitReady(instanceapi.RoleReplica)
+	next.exec("INSERT INTO t VALUES (3)")
+	former.waitIDs(1, 2, 3)
+	if strings.Contains(former.logs(), "copying the primary afresh") {
+		t.Errorf("the former primary was copied afresh; a rewind was enough:\n%s", former.logs())
+	}
+}
+
+// withFlags returns args with the value of each flag given replaced.
+func withFlags(args []string, flagValues ...string) []string {
+	out := slices.Clone(args)
+	for i := 0; i+1 < len(flagValues); i += 2 {
+		if at := slices.Index(out, flagValues[i]); at >= 0 && at+1 < len(out) {
+			out[at+1] = flagValues[i+1]
+		}
+	}
+	return out
+}
