@@ -272,6 +272,8 @@ func reconnectReplicas(ctx context.Context, v *view, promoted *member, ic *insta
 			continue
 		}
 		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, statusTimeout) // a busy manager must not hold the pass
+			defer cancel()
 			var res instanceapi.ReconnectResult
 			if err := ic.call(ctx, m.pod, http.MethodPost, instanceapi.PathReconnect, nil, &res); err != nil {
 				log.Info("Could not ask a replica to reconnect to the new primary", "instance", m.name, "error", err.Error())
