@@ -78,7 +78,12 @@ type leaseState struct {
 	wait time.Duration
 }
 
+// state is what o knows of the Lease key; a nil observer (a reconciler
+// built without one, in tests) knows nothing.
 func (o *leaseObserver) state(key types.NamespacedName) leaseState {
+	if o == nil {
+		return leaseState{}
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	s, known := o.seen[key]
