@@ -113,11 +113,9 @@ fails the command; the others are retried when PostgreSQL asks for them.`,
 			if err != nil {
 				return &exitError{code: 1, err: err}
 			}
-			switch {
-			case res.Recorded:
-				_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "tusk: %s was archived ahead with the same content at %s%s\n",
-					args[0], a.Store.Location(), res.Key)
-			case res.AlreadyArchived:
+			// A file archived ahead is the normal case with --parallel:
+			// nothing to say about it in PostgreSQL's log.
+			if res.AlreadyArchived && !res.Recorded {
 				_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "tusk: %s was already archived with the same content at %s%s\n",
 					args[0], a.Store.Location(), res.Key)
 			}

@@ -109,8 +109,8 @@ func TestArchiveAhead(t *testing.T) {
 			c.SecretAccessKeyFile = writeFile(t, filepath.Join(dir, "wrong-secret"), "wrong")
 		})
 		code, out := tusk(t, "instance", "wal-archive", "--config", noAccess, "--parallel", "1", filepath.Join(walDir, names[1]))
-		if code != 0 || !strings.Contains(out, "archived ahead with the same content") {
-			t.Fatalf("wal-archive %s: exit %d, %q; want 0 from the record", names[1], code, out)
+		if code != 0 || out != "" {
+			t.Fatalf("wal-archive %s: exit %d, %q; want 0 from the record, quietly", names[1], code, out)
 		}
 		done(names[1])
 		// The record is used once.
@@ -134,7 +134,7 @@ func TestArchiveAhead(t *testing.T) {
 	t.Run("a record is for its location only", func(t *testing.T) {
 		other := otherConfig(t, dir, s3, "other", func(c *objectstore.Config) { c.Path = "elsewhere" })
 		code, out := tusk(t, "instance", "wal-archive", "--config", other, "--parallel", "1", filepath.Join(walDir, names[3]))
-		if code != 0 || strings.Contains(out, "archived ahead") {
+		if code != 0 {
 			t.Fatalf("wal-archive %s to another location: exit %d, %q; want 0 and an upload", names[3], code, out)
 		}
 		if !objectExists(t, s3, "elsewhere/wal/"+names[3][:16]+"/"+names[3]+".zst") {
