@@ -81,9 +81,9 @@ integration: ## Unit tests plus integration tests: controllers and CRDs on a rea
 		$(GOTESTSUM) --format testname -- $(GO_TEST_FLAGS) -tags integration ./...
 
 .PHONY: bench
-bench: ## Benchmarks that print figures (docs/benchmarks.md); BENCHTIME=3x by default.
+bench: ## Benchmarks that print figures (docs/benchmarks.md); BENCHTIME=3x by default, BENCH=<regexp> picks some.
 	TUSK_PG_BINDIR=$$(hack/install-postgres.sh) TUSK_MINIO_BIN=$$(hack/install-minio.sh) \
-		go test -tags integration -run '^$$' -bench . -benchtime $${BENCHTIME:-3x} ./test/instance/ ./test/backup/
+		go test -tags integration -run '^$$' -bench "$${BENCH:-.}" -benchtime $${BENCHTIME:-3x} ./test/instance/ ./test/backup/
 
 .PHONY: bench-cluster
 bench-cluster: ## Cluster figures on the cluster in KUBECONFIG (after make images deploy): create to Ready, adding a replica vs pg_basebackup.

@@ -38,8 +38,9 @@ func (e *exitError) Unwrap() error { return e.err }
 
 // walFlags are the flags the WAL commands share.
 type walFlags struct {
-	config  string
-	timeout time.Duration
+	config   string
+	timeout  time.Duration
+	parallel int
 }
 
 // add adds the flags, and makes usage errors exit with failCode (and say
@@ -53,6 +54,11 @@ func (f *walFlags) add(cmd *cobra.Command, nargs, failCode int) {
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: failCode, err: err} })
 	f.addFlags(cmd, 5*time.Minute)
+}
+
+// addParallel adds --parallel with what it means for the command.
+func (f *walFlags) addParallel(cmd *cobra.Command, usage string) {
+	cmd.Flags().IntVar(&f.parallel, "parallel", walarchive.DefaultParallel, usage)
 }
 
 // addFlags adds --config and --timeout.
@@ -83,7 +89,13 @@ func newWALArchiveCommand() *cobra.Command {
 		Long: `Compresses the WAL file with zstd and stores it with its SHA-256 in the
 object store the configuration names. Archiving a file already archived with
 the same content succeeds; a different file under the same name is refused
-(exit 1), never overwritten.`,
+(exit 1), never overwritten.
+
+With --parallel above 1, it also archives the next segments waiting in
+pg_wal/archive_status, at once, and records each one stored and verified
+in pg_wal/tusk-spool: PostgreSQL's later call for it then only checks that
+the file still has the recorded checksum. Only the requested file's failure
+fails the command; the others are retried when PostgreSQL asks for them.`,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a, err := f.archiver()
@@ -92,11 +104,18 @@ the same content succeeds; a different file under the same name is refused
 			}
 			ctx, cancel := f.context()
 			defer cancel()
-			res, err := a.Archive(ctx, args[0])
+			res, ahead, err := a.ArchiveAhead(ctx, args[0], f.parallel)
+			for _, r := range ahead {
+				if r.Err != nil {
+					_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "tusk: warning: archiving %s ahead failed (it is archived when PostgreSQL asks for it): %v\n", r.Name, r.Err)
+				}
+			}
 			if err != nil {
 				return &exitError{code: 1, err: err}
 			}
-			if res.AlreadyArchived {
+			// A file archived ahead is the normal case with --parallel:
+			// nothing to say about it in PostgreSQL's log.
+			if res.AlreadyArchived && !res.Recorded {
 				_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "tusk: %s was already archived with the same content at %s%s\n",
 					args[0], a.Store.Location(), res.Key)
 			}
@@ -104,6 +123,7 @@ the same content succeeds; a different file under the same name is refused
 		},
 	}
 	f.add(cmd, 1, 1)
+	f.addParallel(cmd, "segments archived at once: the requested file and the next ones waiting in pg_wal/archive_status (1: only the requested file)")
 	return cmd
 }
 
@@ -115,16 +135,28 @@ func newWALRestoreCommand() *cobra.Command {
 		Long: fmt.Sprintf(`Fetches the WAL file, verifies its SHA-256 and writes it to destpath.
 Exit codes: 0 restored; %d (quietly) not in the archive, which ends recovery
 normally; %d for any other failure, which makes PostgreSQL stop recovery
-rather than end it early.`, exitNotArchived, exitAbortRecovery),
+rather than end it early.
+
+With --parallel above 1, a segment not fetched ahead by an earlier run is
+fetched together with the next segments of its timeline, which wait in
+pg_wal/tusk-spool under their checksums. A later call for one of them checks
+that the archive still stores that checksum and the file still has it, and
+renames it into place. Missing next segments are the end of the archive,
+not errors; history files are never prefetched.`, exitNotArchived, exitAbortRecovery),
 		SilenceErrors: true,
-		RunE: func(_ *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
 			a, err := f.archiver()
 			if err != nil {
 				return &exitError{code: exitAbortRecovery, err: err}
 			}
 			ctx, cancel := f.context()
 			defer cancel()
-			err = a.Restore(ctx, args[0], args[1])
+			res, err := a.RestorePrefetch(ctx, args[0], args[1], f.parallel)
+			for _, p := range res.Prefetched {
+				if p.Err != nil {
+					_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "tusk: warning: prefetching %s failed (it is fetched when PostgreSQL asks for it): %v\n", p.Name, p.Err)
+				}
+			}
 			switch {
 			case errors.Is(err, walarchive.ErrNotArchived):
 				return &exitError{code: exitNotArchived, quiet: true, err: err}
@@ -135,6 +167,7 @@ rather than end it early.`, exitNotArchived, exitAbortRecovery),
 		},
 	}
 	f.add(cmd, 2, exitAbortRecovery)
+	f.addParallel(cmd, "segments fetched at once: the requested one and the next ones of its timeline, kept in pg_wal/tusk-spool for the next calls (1: no prefetch)")
 	return cmd
 }
 

@@ -228,6 +228,13 @@ func appendRecoverySettings(dir, settings string) error {
 func (m *Manager) replayArchive(ctx context.Context, dir string) error {
 	args := []string{"-c", "listen_addresses=", "-c", "unix_socket_directories=" + m.opts.SocketDir,
 		"-c", "port=" + portArg(m.opts.Port), "-c", "hot_standby=off"}
+	// wal-restore's prefetched segments belong to one recovery: start
+	// without any, and leave none behind once it ended.
+	spool := filepath.Join(dir, "pg_wal")
+	if err := walarchive.ClearSpool(spool); err != nil {
+		return fmt.Errorf("while clearing the WAL spool: %w", err)
+	}
+	defer func() { _ = walarchive.ClearSpool(spool) }()
 	pm, err := supervisor.StartPostmaster(m.opts.BinDir, dir, args, m.reaper, m.log)
 	if err != nil {
 		return err

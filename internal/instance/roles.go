@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"tusk.dev/tusk/internal/instance/supervisor"
 	"tusk.dev/tusk/internal/instanceapi"
+	"tusk.dev/tusk/internal/walarchive"
 )
 
 // PromoteResult tells how a promotion went.
@@ -133,6 +135,12 @@ func (m *Manager) promote(ctx context.Context) (PromoteResult, error) {
 		return res, fmt.Errorf("promoted but not writable: %w", err)
 	}
 	res.Duration = time.Since(start)
+	// Records of segments archived ahead and prefetched segments are
+	// checked before use, but none from before the promotion needs to
+	// survive it.
+	if err := walarchive.ClearSpool(filepath.Join(m.opts.DataDir, "pg_wal")); err != nil {
+		m.log.Info("Clearing the WAL spool failed", "error", err.Error())
+	}
 	m.mu.Lock()
 	m.state.role = instanceapi.RolePrimary
 	st := m.state

@@ -27,6 +27,9 @@ type Result struct {
 	// AlreadyArchived is true when the same content was already there and
 	// nothing was uploaded.
 	AlreadyArchived bool
+	// Recorded is true when an earlier run archived it ahead (see
+	// ArchiveAhead) and this one only checked the record.
+	Recorded bool
 }
 
 // Archive stores the WAL file at walPath (archive_command's %p). It returns

@@ -38,18 +38,34 @@ func (a Archiver) Restore(ctx context.Context, walName, destPath string) error {
 		// Archive never stores such a name, so it cannot be there.
 		return fmt.Errorf("%w: %w", ErrNotArchived, err)
 	}
-	body, info, err := a.Store.Get(ctx, key)
-	if objectstore.IsNotFound(err) {
-		return fmt.Errorf("%s %w at %s%s", walName, ErrNotArchived, a.Store.Location(), key)
-	}
+	body, want, err := a.get(ctx, walName, key)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = body.Close() }()
+	return a.write(body, walName, key, destPath, want)
+}
+
+// get starts the download of key, the object of walName, and reads the
+// checksum stored with it.
+func (a Archiver) get(ctx context.Context, walName, key string) (io.ReadCloser, Sum, error) {
+	body, info, err := a.Store.Get(ctx, key)
+	if objectstore.IsNotFound(err) {
+		return nil, Sum{}, fmt.Errorf("%s %w at %s%s", walName, ErrNotArchived, a.Store.Location(), key)
+	}
+	if err != nil {
+		return nil, Sum{}, err
+	}
 	want, err := sumFromMetadata(info.Metadata)
 	if err != nil {
-		return fmt.Errorf("while restoring %s from %s%s: %w", walName, a.Store.Location(), key, err)
+		_ = body.Close()
+		return nil, Sum{}, fmt.Errorf("while restoring %s from %s%s: %w", walName, a.Store.Location(), key, err)
 	}
+	return body, want, nil
+}
+
+// write writes the download body of walName to destPath, verified.
+func (a Archiver) write(body io.Reader, walName, key, destPath string, want Sum) error {
 	if err := writeVerified(body, destPath, want); err != nil {
 		return fmt.Errorf("while restoring %s from %s%s: %w", walName, a.Store.Location(), key, err)
 	}
