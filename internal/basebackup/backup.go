@@ -1,7 +1,6 @@
 package basebackup
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/klauspost/compress/zstd"
 
 	"tusk.dev/tusk/internal/objectstore"
 	"tusk.dev/tusk/internal/postgres"
@@ -170,6 +168,7 @@ func (o Options) stream(ctx context.Context, rec *Record) error {
 	if err != nil {
 		return err
 	}
+	growPipe(stdout)
 	if err := o.Runner.Start(cmd); err != nil {
 		return fmt.Errorf("while starting pg_basebackup: %w", err)
 	}
@@ -215,20 +214,24 @@ func (o Options) produce(stdout io.Reader, cmd *exec.Cmd, stderr *tailBuffer, w 
 	return w.Close()
 }
 
+// compressChecked checks pg_basebackup's output against the manifest
+// while the compressor, on its own goroutine, compresses it into w.
 func (o Options) compressChecked(stdout io.Reader, w io.Writer, rec *Record) error {
-	compressed := &countingWriter{w: w}
-	enc, err := zstd.NewWriter(compressed, zstd.WithEncoderLevel(zstd.SpeedFastest))
+	c, err := startCompressor(w)
 	if err != nil {
 		return err
 	}
-	raw := &countingReader{r: io.TeeReader(bufio.NewReaderSize(stdout, 1<<20), enc)}
+	tee := newChunkTee(stdout, c.in, c.free)
+	raw := &countingReader{r: tee}
 	m, err := checkTar(raw, checksumAlgorithm, discard{})
-	if err != nil {
-		enc.Reset(nil)
-		return err
+	if err == nil {
+		tee.flush()
 	}
-	if err := enc.Close(); err != nil {
-		return fmt.Errorf("while compressing: %w", err)
+	if cerr := c.finish(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
 	}
 	rec.BeginLSN, rec.EndLSN, rec.Timeline = m.span()
 	seg, err := postgres.SegmentOf(rec.Timeline, rec.BeginLSN, rec.WALSegmentSize)
@@ -236,7 +239,7 @@ func (o Options) compressChecked(stdout io.Reader, w io.Writer, rec *Record) err
 		return err
 	}
 	rec.BeginWAL = seg.FileName()
-	rec.Size, rec.CompressedSize, rec.Files = raw.n, compressed.n, len(m.Files)
+	rec.Size, rec.CompressedSize, rec.Files = raw.n, c.w.n, len(m.Files)
 	rec.ManifestChecksum = m.Checksum
 	return nil
 }
