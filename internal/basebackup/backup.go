@@ -181,7 +181,7 @@ func (o Options) stream(ctx context.Context, rec *Record) error {
 			cancel() // stops pg_basebackup if it still runs
 		}
 	})
-	putErr := o.Store.Put(ctx, DataKey(o.Name), pr, map[string]string{"tusk-compression": compressionZstd})
+	putErr := o.Store.PutStream(ctx, DataKey(o.Name), pr, map[string]string{"tusk-compression": compressionZstd})
 	if putErr != nil {
 		cancel() // no point reading the rest: stop pg_basebackup
 	}

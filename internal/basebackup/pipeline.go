@@ -97,7 +97,10 @@ func startCompressor(w io.Writer) (*compressor, error) {
 		done: make(chan struct{}), w: &countingWriter{w: bw}}
 	// One encoder goroutine: the encoder's own concurrency would only
 	// add goroutines per block, as a zstd frame is encoded block by block.
-	enc, err := zstd.NewWriter(c.w, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	// No frame checksum: every file is checked against the manifest's
+	// checksums on restore, and the manifest against its own.
+	enc, err := zstd.NewWriter(c.w, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
+		zstd.WithEncoderCRC(false))
 	if err != nil {
 		return nil, err
 	}

@@ -127,6 +127,20 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, metadata map[s
 	return s.wrap("writing", key, err)
 }
 
+// PutStream writes a large stream of unknown size to key, like Put, but
+// uploads a part while it reads the next, so that reading never waits for
+// an upload unless two parts are in flight: it holds two parts of memory.
+func (s *Store) PutStream(ctx context.Context, key string, r io.Reader, metadata map[string]string) error {
+	_, err := s.client.PutObject(ctx, s.bucket, s.fullKey(key), r, -1, minio.PutObjectOptions{
+		UserMetadata:          metadata,
+		PartSize:              s.partSize,
+		ContentType:           "application/octet-stream",
+		ConcurrentStreamParts: true,
+		NumThreads:            2,
+	})
+	return s.wrap("writing", key, err)
+}
+
 // Get opens key for reading, streaming it from the server. The caller
 // closes the reader. A missing object is an error for which IsNotFound
 // holds; a missing bucket is KindNoSuchBucket, never that.
