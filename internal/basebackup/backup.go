@@ -1,7 +1,6 @@
 package basebackup
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/klauspost/compress/zstd"
 
 	"tusk.dev/tusk/internal/objectstore"
 	"tusk.dev/tusk/internal/postgres"
@@ -70,6 +68,8 @@ type server struct {
 	versionNum       int
 	systemIdentifier string
 	walSegmentSize   uint64
+	// dataSize is the size of the databases, about the tar stream's.
+	dataSize int64
 }
 
 // Backup takes a base backup of the instance into the store and returns
@@ -95,7 +95,7 @@ func Backup(ctx context.Context, o Options) (*Record, error) {
 		PostgreSQLVersion: srv.version, PostgreSQLVersionNum: srv.versionNum, SystemIdentifier: srv.systemIdentifier,
 		WALSegmentSize: srv.walSegmentSize, ManifestChecksumAlgorithm: checksumAlgorithm,
 		Object: DataObject, Compression: compressionZstd}
-	if err := o.stream(ctx, rec); err != nil {
+	if err := o.stream(ctx, rec, srv.dataSize); err != nil {
 		return nil, err
 	}
 	rec.EndTime = o.Now().UTC()
@@ -138,8 +138,9 @@ func inspect(ctx context.Context, connString string) (server, error) {
 	err = conn.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('server_version_num')::int,
 		(SELECT system_identifier::text FROM pg_control_system()),
 		(SELECT setting::bigint FROM pg_settings WHERE name = 'wal_segment_size'),
-		ARRAY(SELECT spcname::text FROM pg_tablespace WHERE spcname NOT IN ('pg_default', 'pg_global') ORDER BY 1)`).
-		Scan(&s.version, &s.versionNum, &s.systemIdentifier, &s.walSegmentSize, &spaces)
+		ARRAY(SELECT spcname::text FROM pg_tablespace WHERE spcname NOT IN ('pg_default', 'pg_global') ORDER BY 1),
+		(SELECT sum(pg_database_size(oid))::bigint FROM pg_database)`).
+		Scan(&s.version, &s.versionNum, &s.systemIdentifier, &s.walSegmentSize, &spaces, &s.dataSize)
 	if err != nil {
 		return server{}, fmt.Errorf("while inspecting the instance to back up: %w", err)
 	}
@@ -157,7 +158,7 @@ func inspect(ctx context.Context, connString string) (server, error) {
 // while checking it against the manifest at its end. The object is
 // completed only when all of that succeeded: otherwise the upload is
 // aborted and leaves nothing.
-func (o Options) stream(ctx context.Context, rec *Record) error {
+func (o Options) stream(ctx context.Context, rec *Record, sizeHint int64) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(o.BinDir, "pg_basebackup"), //nolint:gosec // PostgreSQL's own program
@@ -170,6 +171,7 @@ func (o Options) stream(ctx context.Context, rec *Record) error {
 	if err != nil {
 		return err
 	}
+	growPipe(stdout)
 	if err := o.Runner.Start(cmd); err != nil {
 		return fmt.Errorf("while starting pg_basebackup: %w", err)
 	}
@@ -182,7 +184,10 @@ func (o Options) stream(ctx context.Context, rec *Record) error {
 			cancel() // stops pg_basebackup if it still runs
 		}
 	})
-	putErr := o.Store.Put(ctx, DataKey(o.Name), pr, map[string]string{"tusk-compression": compressionZstd})
+	// The compressed stream is smaller than the data, but for a little
+	// framing of data that does not compress; the margin covers it and
+	// what grows during the backup.
+	putErr := o.Store.PutStream(ctx, DataKey(o.Name), pr, map[string]string{"tusk-compression": compressionZstd}, 2*sizeHint)
 	if putErr != nil {
 		cancel() // no point reading the rest: stop pg_basebackup
 	}
@@ -215,20 +220,24 @@ func (o Options) produce(stdout io.Reader, cmd *exec.Cmd, stderr *tailBuffer, w 
 	return w.Close()
 }
 
+// compressChecked checks pg_basebackup's output against the manifest
+// while the compressor, on its own goroutine, compresses it into w.
 func (o Options) compressChecked(stdout io.Reader, w io.Writer, rec *Record) error {
-	compressed := &countingWriter{w: w}
-	enc, err := zstd.NewWriter(compressed, zstd.WithEncoderLevel(zstd.SpeedFastest))
+	c, err := startCompressor(w)
 	if err != nil {
 		return err
 	}
-	raw := &countingReader{r: io.TeeReader(bufio.NewReaderSize(stdout, 1<<20), enc)}
+	tee := newChunkTee(stdout, c.in, c.free)
+	raw := &countingReader{r: tee}
 	m, err := checkTar(raw, checksumAlgorithm, discard{})
-	if err != nil {
-		enc.Reset(nil)
-		return err
+	if err == nil {
+		tee.flush()
 	}
-	if err := enc.Close(); err != nil {
-		return fmt.Errorf("while compressing: %w", err)
+	if cerr := c.finish(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
 	}
 	rec.BeginLSN, rec.EndLSN, rec.Timeline = m.span()
 	seg, err := postgres.SegmentOf(rec.Timeline, rec.BeginLSN, rec.WALSegmentSize)
@@ -236,7 +245,7 @@ func (o Options) compressChecked(stdout io.Reader, w io.Writer, rec *Record) err
 		return err
 	}
 	rec.BeginWAL = seg.FileName()
-	rec.Size, rec.CompressedSize, rec.Files = raw.n, compressed.n, len(m.Files)
+	rec.Size, rec.CompressedSize, rec.Files = raw.n, c.w.n, len(m.Files)
 	rec.ManifestChecksum = m.Checksum
 	return nil
 }

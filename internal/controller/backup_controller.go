@@ -30,6 +30,9 @@ const (
 	backupPoll         = 5 * time.Second
 	backupWaitInstance = 15 * time.Second
 	backupCallTimeout  = 15 * time.Second
+	// walSwitchFollowUp is when a backup is looked at again after the
+	// primary was asked to switch WAL for it: it completes within seconds.
+	walSwitchFollowUp = 2 * time.Second
 )
 
 // BackupReconciler takes the base backups PostgresBackups ask for: it
@@ -45,6 +48,9 @@ type BackupReconciler struct {
 	// ago, and one cluster takes one backup at a time.
 	mu      sync.Mutex
 	started map[types.NamespacedName]startedBackup
+	// walSwitchAsked is when the primary was last asked to switch WAL for
+	// a running backup, by backup (see walSwitchTarget).
+	walSwitchAsked map[types.NamespacedName]time.Time
 }
 
 // startedBackup is a backup this operator asked an instance to take.
@@ -220,7 +226,11 @@ func (r *BackupReconciler) follow(ctx context.Context, b *tuskv1alpha1.PostgresB
 	action, rep := decideFollow(own, others)
 	switch action {
 	case followReport:
-		return r.report(ctx, b, c, rep), nil
+		result := r.report(ctx, b, c, rep)
+		if r.askWALSwitch(ctx, b, c, ic, v, rep) {
+			result.RequeueAfter = walSwitchFollowUp
+		}
+		return result, nil
 	case followRestarted:
 		r.fail(b, ReasonBackupFailed, fmt.Sprintf("the instance manager of %s restarted during the backup, which did not complete "+
 			"(the object store has no record of it); create a new PostgresBackup", b.Status.Instance))
@@ -264,10 +274,44 @@ func (r *BackupReconciler) report(ctx context.Context, b *tuskv1alpha1.PostgresB
 	}
 	msg := fmt.Sprintf("taking a base backup of %s on instance %s", c.Name, b.Status.Instance)
 	if rep.WaitingForWAL != "" {
-		msg += fmt.Sprintf("; waiting for the primary to archive WAL segment %s, the backup's last", rep.WaitingForWAL)
+		msg += fmt.Sprintf("; waiting for the primary to archive WAL segment %s, the backup's last (the primary is asked to switch WAL)",
+			rep.WaitingForWAL)
 	}
 	setBackupCondition(b, metav1.ConditionFalse, ReasonBackupRunning, msg)
 	return ctrl.Result{RequeueAfter: backupPoll}
+}
+
+// askWALSwitch asks the primary to switch WAL when the backup waits for
+// its last segment to be archived (see walSwitchTarget), and says whether
+// it did. A failed request is logged and tried again after
+// walSwitchInterval; the backup's own wait bounds the whole.
+func (r *BackupReconciler) askWALSwitch(ctx context.Context, b *tuskv1alpha1.PostgresBackup, c *tuskv1alpha1.PostgresCluster,
+	ic *instanceClient, v *view, rep instanceapi.BackupStatus) bool {
+	key := client.ObjectKeyFromObject(b)
+	now := time.Now()
+	r.mu.Lock()
+	name := walSwitchTarget(rep, c.Status.CurrentPrimary, v, r.walSwitchAsked[key], now)
+	if name != "" {
+		if r.walSwitchAsked == nil {
+			r.walSwitchAsked = map[types.NamespacedName]time.Time{}
+		}
+		r.walSwitchAsked[key] = now
+	}
+	r.mu.Unlock()
+	if name == "" {
+		return false
+	}
+	callCtx, cancel := context.WithTimeout(ctx, backupCallTimeout)
+	defer cancel()
+	res, err := ic.switchWAL(callCtx, v.member(name).pod)
+	if err != nil {
+		ctrlLog(ctx).Info("Asking the primary to switch WAL for a standby's backup", "primary", name,
+			"segment", rep.WaitingForWAL, "error", err.Error())
+		return false
+	}
+	ctrlLog(ctx).Info("Asked the primary to switch WAL for a standby's backup", "primary", name,
+		"segment", rep.WaitingForWAL, "switchedAt", res.LSN, "completed", res.Segment, "throttled", res.Throttled)
+	return true
 }
 
 // fail marks the backup Failed, with a Warning Event.
@@ -349,6 +393,7 @@ func (r *BackupReconciler) ended(b *tuskv1alpha1.PostgresBackup) {
 	if r.started[clusterOfBackup(b)].name == b.Name {
 		delete(r.started, clusterOfBackup(b))
 	}
+	delete(r.walSwitchAsked, client.ObjectKeyFromObject(b))
 }
 
 func (r *BackupReconciler) event(b *tuskv1alpha1.PostgresBackup, eventType, reason, note string, args ...any) {

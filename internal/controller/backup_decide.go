@@ -227,3 +227,43 @@ func decideFollow(own *backupAnswer, others []backupAnswer) (followAction, insta
 	}
 	return followWait, instanceapi.BackupStatus{}
 }
+
+// walSwitchInterval is the least time between two requests to switch WAL
+// for one backup. One request usually suffices; asking again covers a
+// request lost or sent to a primary that was being replaced. The primary's
+// manager also switches at most once every five seconds, whoever asks.
+const walSwitchInterval = 10 * time.Second
+
+// walSwitchTarget names the instance to ask to switch WAL for a Running
+// backup whose instance reported rep, or "" when none is to be asked.
+//
+// A backup taken on a standby is complete only once its last WAL segment
+// is archived, and only the primary archives, when it leaves the segment:
+// on an idle cluster that is at archive_timeout, a minute by default. So
+// while the backup's instance reports it waits for a segment, the operator
+// asks the primary's instance manager to switch WAL (POST /v1/wal/switch).
+// The operator does it, rather than the standby's manager, because it is
+// what knows the primary (status.currentPrimary, asked anew at every
+// request, so a primary that changed during the backup is the one asked)
+// and it already calls every manager with its client certificate; instance
+// managers never call each other, and no one needs a new privilege
+// (the primary's manager runs pg_switch_wal() over its own socket as the
+// superuser). A switch is harmless: at worst it closes a segment early.
+//
+// The primary asked is the cluster's current primary, when its manager
+// answered that it is primary and its pod is not being deleted; none is
+// asked for a backup that waits for nothing, or within walSwitchInterval
+// of the last request for the same backup.
+func walSwitchTarget(rep instanceapi.BackupStatus, currentPrimary string, v *view, lastAsked, now time.Time) string {
+	if rep.Phase != instanceapi.BackupRunning || rep.WaitingForWAL == "" {
+		return ""
+	}
+	if !lastAsked.IsZero() && now.Sub(lastAsked) < walSwitchInterval {
+		return ""
+	}
+	m := v.member(currentPrimary)
+	if m == nil || m.pod == nil || m.pod.DeletionTimestamp != nil || m.status == nil || m.status.Role != instanceapi.RolePrimary {
+		return ""
+	}
+	return m.name
+}

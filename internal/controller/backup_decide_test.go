@@ -235,3 +235,47 @@ func TestDecideFollow(t *testing.T) {
 		}
 	}
 }
+
+func TestWALSwitchTarget(t *testing.T) {
+	now := time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
+	waiting := instanceapi.BackupStatus{Name: "b1", Phase: instanceapi.BackupRunning, WaitingForWAL: "000000010000000000000005"}
+	running := waiting
+	running.WaitingForWAL = ""
+	completed := waiting
+	completed.Phase = instanceapi.BackupCompleted
+	inst := func(name string, role instanceapi.Role) *member {
+		return &member{name: name, pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}}, status: &instanceapi.Status{Role: role}}
+	}
+	cluster := func(primaryRole instanceapi.Role) *view {
+		return &view{members: []*member{inst("pg-1", primaryRole), inst("pg-2", instanceapi.RoleReplica)}}
+	}
+	deleting := cluster(instanceapi.RolePrimary)
+	deleting.members[0].pod.DeletionTimestamp = &metav1.Time{Time: now}
+	silent := cluster(instanceapi.RolePrimary)
+	silent.members[0].status = nil
+	tests := []struct {
+		name      string
+		rep       instanceapi.BackupStatus
+		primary   string
+		v         *view
+		lastAsked time.Time
+		want      string
+	}{
+		{"waiting, never asked", waiting, "pg-1", cluster(instanceapi.RolePrimary), time.Time{}, "pg-1"},
+		{"waiting, asked long enough ago", waiting, "pg-1", cluster(instanceapi.RolePrimary), now.Add(-walSwitchInterval), "pg-1"},
+		{"waiting, asked a moment ago", waiting, "pg-1", cluster(instanceapi.RolePrimary), now.Add(-walSwitchInterval + time.Second), ""},
+		{"still copying", running, "pg-1", cluster(instanceapi.RolePrimary), time.Time{}, ""},
+		{"completed", completed, "pg-1", cluster(instanceapi.RolePrimary), time.Time{}, ""},
+		{"the primary changed: the new one", waiting, "pg-2", &view{members: []*member{
+			inst("pg-1", instanceapi.RoleReplica), inst("pg-2", instanceapi.RolePrimary)}}, time.Time{}, "pg-2"},
+		{"the current primary does not say it is primary yet", waiting, "pg-1", cluster(instanceapi.RoleReplica), time.Time{}, ""},
+		{"no current primary", waiting, "", cluster(instanceapi.RolePrimary), time.Time{}, ""},
+		{"the primary's pod is being deleted", waiting, "pg-1", deleting, time.Time{}, ""},
+		{"the primary did not answer", waiting, "pg-1", silent, time.Time{}, ""},
+	}
+	for _, tt := range tests {
+		if got := walSwitchTarget(tt.rep, tt.primary, tt.v, tt.lastAsked, now); got != tt.want {
+			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}

@@ -178,6 +178,13 @@ func (ic *instanceClient) startBackup(ctx context.Context, pod *corev1.Pod, name
 	return st, err
 }
 
+// switchWAL asks the pod's instance manager, a primary's, to switch WAL.
+func (ic *instanceClient) switchWAL(ctx context.Context, pod *corev1.Pod) (instanceapi.WALSwitchResult, error) {
+	var res instanceapi.WALSwitchResult
+	err := ic.call(ctx, pod, http.MethodPost, instanceapi.PathWALSwitch, nil, &res)
+	return res, err
+}
+
 // backupStatus asks the pod's instance manager about backup name.
 func (ic *instanceClient) backupStatus(ctx context.Context, pod *corev1.Pod, name string) (instanceapi.BackupStatus, error) {
 	var st instanceapi.BackupStatus

@@ -168,7 +168,8 @@ type Manager struct {
 	// it (state.crashStreak shows it).
 	crashes crashLoop
 
-	backups backups // the base backups taken since the manager started
+	backups     backups     // the base backups taken since the manager started
+	walSwitches walSwitches // the last WAL switch asked for, for throttling
 
 	mu       sync.Mutex // guards what the HTTP handlers read
 	state    state

@@ -30,6 +30,11 @@ const (
 	// (POST, body: a BackupRequest); PathBackups + "/" + name reports one
 	// (GET). See BackupStatus.
 	PathBackups = "/v1/backups"
+	// PathWALSwitch makes a primary switch to a new WAL segment (POST, no
+	// body), so that the one in progress is archived now rather than at
+	// archive_timeout: a standby's backup waits for its last segment. See
+	// WALSwitchResult.
+	PathWALSwitch = "/v1/wal/switch"
 )
 
 // DefaultStatusPort is where the instance manager serves HTTP in a pod.
@@ -278,6 +283,21 @@ type ConfigResult struct {
 	PendingRestart []string `json:"pendingRestart,omitempty"`
 	// Errors are settings PostgreSQL refused.
 	Errors []string `json:"errors,omitempty"`
+}
+
+// WALSwitchResult answers POST /v1/wal/switch. A manager switches at
+// most once every few seconds, whoever asks: a request within that time
+// is answered with the last switch's result and Throttled.
+type WALSwitchResult struct {
+	// LSN is what pg_switch_wal() returned: the end of the segment it
+	// completed, or where WAL is written now when nothing was written since
+	// the last switch (then nothing was switched).
+	LSN string `json:"lsn"`
+	// Segment is the WAL file that ends before LSN: the one completed.
+	Segment string `json:"segment"`
+	// Throttled: this request did not switch; LSN and Segment are the last
+	// switch's.
+	Throttled bool `json:"throttled,omitempty"`
 }
 
 // BackupRequest asks the instance manager to take a base backup of its

@@ -127,6 +127,37 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, metadata map[s
 	return s.wrap("writing", key, err)
 }
 
+// PutStream writes a large stream of unknown size to key, like Put, but
+// uploads a part while it reads the next, so that reading never waits for
+// an upload unless two parts are in flight: it holds two parts of memory.
+// sizeHint, when positive, is an upper estimate of the stream's size: the
+// parts are then as small as fits it (see streamPartSize), so that the
+// last part, which is sent only once the stream ends, is small too.
+func (s *Store) PutStream(ctx context.Context, key string, r io.Reader, metadata map[string]string, sizeHint int64) error {
+	_, err := s.client.PutObject(ctx, s.bucket, s.fullKey(key), r, -1, minio.PutObjectOptions{
+		UserMetadata:          metadata,
+		PartSize:              streamPartSize(s.partSize, sizeHint),
+		ContentType:           "application/octet-stream",
+		ConcurrentStreamParts: true,
+		NumThreads:            2,
+	})
+	return s.wrap("writing", key, err)
+}
+
+// streamPartSize is the part size for a stream of about sizeHint bytes
+// (0: unknown): the smallest whole number of MiB, at least S3's 5 MiB, that
+// fits it in 9,000 parts (S3 allows 10,000: a margin for the estimate), and
+// never more than the configured size, which bounds the memory.
+func streamPartSize(configured uint64, sizeHint int64) uint64 {
+	if sizeHint <= 0 {
+		return configured
+	}
+	const mib, parts = 1 << 20, 9000
+	perPart := (uint64(sizeHint) + parts - 1) / parts
+	need := (perPart + mib - 1) / mib * mib
+	return min(configured, max(minPartSize, need))
+}
+
 // Get opens key for reading, streaming it from the server. The caller
 // closes the reader. A missing object is an error for which IsNotFound
 // holds; a missing bucket is KindNoSuchBucket, never that.

@@ -78,6 +78,13 @@ func TestPutGetStatListDelete(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// 23 MiB streamed in five parts of 5 MiB, two in flight.
+	stream := randomData(23 << 20)
+	if err := st.PutStream(c, "a/base/stream", onlyReader{bytes.NewReader(stream)},
+		map[string]string{"Tusk-Sha256": sum(stream)}, int64(len(stream))); err != nil {
+		t.Fatal(err)
+	}
+	objects["a/base/stream"] = stream
 	for key, data := range objects {
 		checkGet(t, st, key, data)
 	}
@@ -88,7 +95,7 @@ func TestPutGetStatListDelete(t *testing.T) {
 	if info.Size != int64(len(big)) || info.Metadata["tusk-sha256"] != sum(big) || info.Key != "a/base/x" {
 		t.Errorf("Stat = %+v, want size %d and the checksum in metadata", info, len(big))
 	}
-	if got := listKeys(t, st, "a/"); !slices.Equal(got, []string{"a/base/x", "a/wal/1", "a/wal/2"}) {
+	if got := listKeys(t, st, "a/"); !slices.Equal(got, []string{"a/base/stream", "a/base/x", "a/wal/1", "a/wal/2"}) {
 		t.Errorf("List(a/) = %v", got)
 	}
 	// The keys really are under the configured path in the bucket.

@@ -24,13 +24,15 @@ import (
 	"tusk.dev/tusk/internal/objectstore"
 	"tusk.dev/tusk/internal/postgres"
 	"tusk.dev/tusk/internal/testenv"
+	"tusk.dev/tusk/internal/walarchive"
 )
 
 // TestBaseBackups takes base backups through the instance manager's API
 // (POST /v1/backups, GET /v1/backups/<name>) into a real S3 server: from a
 // replica, which waits for the primary to archive the backup's last
-// segment, and whose backup restores (basebackup.Restore) to every row;
-// from the primary; one at a time (409); a backup the manager does not know
+// segment until the primary's manager is asked to switch WAL (POST
+// /v1/wal/switch, throttled, refused on a standby), and whose backup
+// restores (basebackup.Restore) to every row; from the primary; one at a time (409); a backup the manager does not know
 // found in the store; wrong credentials failing with their kind.
 func TestBaseBackups(t *testing.T) {
 	s3 := testenv.StartS3(t, testenv.S3Options{})
@@ -85,13 +87,32 @@ func TestBaseBackups(t *testing.T) {
 	if !strings.Contains(refused, `backup \"b1\" is already running`) {
 		t.Errorf("a second backup while b1 runs: %s; want it refused naming b1", refused)
 	}
-	primary.exec("SELECT pg_switch_wal()")
+	// As the operator does when a backup reports it waits: the primary's
+	// manager switches WAL, and the segment is archived an hour before
+	// archive_timeout would have.
+	sw := switchWALByAPI(t, primary, http.StatusOK)
 	switched := time.Now()
+	if sw.Throttled || sw.LSN == "" || sw.Segment == "" {
+		t.Errorf("the primary's switch answered %+v: want a switch, its LSN and segment", sw)
+	}
+	if again := switchWALByAPI(t, primary, http.StatusOK); !again.Throttled || again.LSN != sw.LSN {
+		t.Errorf("a second switch right away answered %+v: want it throttled, with the first one's LSN %s", again, sw.LSN)
+	}
+	if body := switchWALByAPI(t, replica, http.StatusConflict); body.LSN != "" {
+		t.Errorf("a standby answered a switch with %+v", body)
+	}
 	st = waitBackup(t, replica, "b1", phaseIs(instanceapi.BackupCompleted))
 	t.Logf("the replica's backup: %s of pg_basebackup and upload, %d bytes (%d compressed); completed %s after the primary switched WAL",
 		st.Record.EndTime.Sub(st.Record.StartTime).Round(time.Millisecond), st.Record.Size, st.Record.CompressedSize,
 		time.Since(switched).Round(time.Millisecond))
 	checkStandbyBackup(t, replica, st, waitingFor)
+	key, err := walarchive.Key(waitingFor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := store.Exists(context.Background(), key); !ok || err != nil {
+		t.Errorf("the backup's last segment %s is not in the archive (%v)", waitingFor, err)
+	}
 	rec, err := basebackup.LoadRecord(context.Background(), store, "b1")
 	if err != nil {
 		t.Fatal(err)
@@ -249,6 +270,17 @@ func chownTree(t *testing.T, root string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// switchWALByAPI asks n's manager to switch WAL and checks the HTTP status.
+func switchWALByAPI(t *testing.T, n *node, wantCode int) instanceapi.WALSwitchResult {
+	t.Helper()
+	var res instanceapi.WALSwitchResult
+	code, err := n.call(context.Background(), http.MethodPost, instanceapi.PathWALSwitch, nil, &res)
+	if code != wantCode {
+		t.Fatalf("POST %s on %s: HTTP %d (%v), want %d", instanceapi.PathWALSwitch, n.name, code, err, wantCode)
+	}
+	return res
 }
 
 func startBackup(t *testing.T, n *node, name string, wantCode int) instanceapi.BackupStatus {
