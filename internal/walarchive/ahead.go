@@ -163,7 +163,17 @@ func readDirNames(dir string) ([]string, error) {
 
 // writeFileAtomic writes data to a temporary file beside path, syncs it and
 // renames it to path.
-func writeFileAtomic(path string, data []byte) (err error) {
+func writeFileAtomic(path string, data []byte) error {
+	return writeAtomically(path, func(f *os.File) error {
+		_, err := f.Write(data)
+		return err
+	})
+}
+
+// writeAtomically has fill write a temporary file beside path, then syncs
+// it and renames it to path: a reader sees the whole file or none. The
+// temporary file is removed when anything fails.
+func writeAtomically(path string, fill func(*os.File) error) (err error) {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tusk-*")
 	if err != nil {
 		return err
@@ -174,7 +184,7 @@ func writeFileAtomic(path string, data []byte) (err error) {
 			_ = os.Remove(tmp.Name())
 		}
 	}()
-	if _, err := tmp.Write(data); err != nil {
+	if err := fill(tmp); err != nil {
 		return err
 	}
 	if err := tmp.Sync(); err != nil {

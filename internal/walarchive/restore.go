@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -74,32 +73,18 @@ func (a Archiver) write(body io.Reader, walName, key, destPath string, want Sum)
 
 // writeVerified decompresses r into a temporary file beside dest, checks
 // it against want, syncs it and renames it to dest.
-func writeVerified(r io.Reader, dest string, want Sum) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(dest), "."+filepath.Base(dest)+".tusk-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		_ = tmp.Close()
+func writeVerified(r io.Reader, dest string, want Sum) error {
+	return writeAtomically(dest, func(f *os.File) error {
+		got, err := decompress(f, r, want.Size)
 		if err != nil {
-			_ = os.Remove(tmp.Name())
+			return err
 		}
-	}()
-	got, err := decompress(tmp, r, want.Size)
-	if err != nil {
-		return err
-	}
-	if got != want {
-		return fmt.Errorf("%w: the archive's metadata says sha256 %s (%d bytes), the content is sha256 %s (%d bytes)",
-			ErrChecksumMismatch, want.SHA256, want.Size, got.SHA256, got.Size)
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), dest)
+		if got != want {
+			return fmt.Errorf("%w: the archive's metadata says sha256 %s (%d bytes), the content is sha256 %s (%d bytes)",
+				ErrChecksumMismatch, want.SHA256, want.Size, got.SHA256, got.Size)
+		}
+		return nil
+	})
 }
 
 // decompress writes the zstd stream r to w and sums what it wrote; it
