@@ -68,6 +68,9 @@ type startedBackup struct{ name, instance string }
 func (r *BackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	b := &tuskv1alpha1.PostgresBackup{}
 	if err := r.Get(ctx, req.NamespacedName, b); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName) // deleted, perhaps while running
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if backupEnded(b) {
@@ -394,6 +397,18 @@ func (r *BackupReconciler) ended(b *tuskv1alpha1.PostgresBackup) {
 		delete(r.started, clusterOfBackup(b))
 	}
 	delete(r.walSwitchAsked, client.ObjectKeyFromObject(b))
+}
+
+// forget drops what this operator remembers of a deleted backup.
+func (r *BackupReconciler) forget(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.walSwitchAsked, key)
+	for cluster, s := range r.started {
+		if cluster.Namespace == key.Namespace && s.name == key.Name {
+			delete(r.started, cluster)
+		}
+	}
 }
 
 func (r *BackupReconciler) event(b *tuskv1alpha1.PostgresBackup, eventType, reason, note string, args ...any) {
