@@ -88,12 +88,30 @@ func StartS3(t testing.TB, opts S3Options) *S3 {
 		if lastErr = srv.start(t); lastErr == nil {
 			s.client = s.newClient(t)
 			s.MakeBucket(t, s.Bucket)
+			s.waitIAM(t)
 			return s
 		}
 		t.Logf("Starting MinIO on %s: %v", s.Endpoint, lastErr)
 	}
 	t.Fatalf("could not start MinIO: %v", lastErr)
 	return nil
+}
+
+// waitIAM waits until MinIO refuses unknown credentials as such. Its IAM
+// subsystem comes up after the S3 API answers the root user; until then a
+// request with other credentials gets "IAM sub-system not initialized yet,
+// please try again", which a test of wrong credentials would take for the
+// answer.
+func (s *S3) waitIAM(t testing.TB) {
+	t.Helper()
+	unknown := s.clientAs(t, "tusk-unknown-"+rand.Text()[:8], rand.Text())
+	Eventually(t, time.Minute, func(ctx context.Context) error {
+		_, err := unknown.ListBuckets(ctx)
+		if code := minio.ToErrorResponse(err).Code; code != "InvalidAccessKeyId" {
+			return fmt.Errorf("unknown credentials answered %q (%v), not yet InvalidAccessKeyId", code, err)
+		}
+		return nil
+	})
 }
 
 // MakeBucket creates another bucket.
@@ -112,12 +130,17 @@ func (s *S3) Client() *minio.Client { return s.client }
 
 func (s *S3) newClient(t testing.TB) *minio.Client {
 	t.Helper()
+	return s.clientAs(t, s.AccessKey, s.SecretKey)
+}
+
+func (s *S3) clientAs(t testing.TB, accessKey, secretKey string) *minio.Client {
+	t.Helper()
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if s.CAFile != "" {
 		tr.TLSClientConfig = &tls.Config{RootCAs: certPool(t, s.CAFile), MinVersion: tls.VersionTLS12}
 	}
 	c, err := minio.New(s.host, &minio.Options{
-		Creds: credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""), Secure: s.CAFile != "", Transport: tr,
+		Creds: credentials.NewStaticV4(accessKey, secretKey, ""), Secure: s.CAFile != "", Transport: tr,
 	})
 	if err != nil {
 		t.Fatal(err)
