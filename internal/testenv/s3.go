@@ -108,7 +108,7 @@ func (s *S3) waitIAM(t testing.TB) {
 	Eventually(t, time.Minute, func(ctx context.Context) error {
 		_, err := unknown.ListBuckets(ctx)
 		if code := minio.ToErrorResponse(err).Code; code != "InvalidAccessKeyId" {
-			return fmt.Errorf("unknown credentials answered %q (%v), not yet InvalidAccessKeyId", code, err)
+			return fmt.Errorf("unknown credentials answered %q, not yet InvalidAccessKeyId: %w", code, err)
 		}
 		return nil
 	})
