@@ -220,9 +220,15 @@ func kubectlTo(t *testing.T, file string, args ...string) {
 // own notices, such as a websocket "Unknown stream id" line during exec) is
 // part of the error when the command fails, never of the output, so it
 // cannot garble what a command printed.
+//
+// Exec goes over SPDY, not websockets: kubectl's websocket
+// client fails on large outputs ("error reading from error stream: read
+// message", kubernetes/kubernetes#60140), which broke reading the chaos
+// run's ledger (megabytes) in CI.
 func kubectl(ctx context.Context, args ...string) (string, error) {
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, "kubectl", args...) // #nosec G204 -- test arguments
+	cmd.Env = append(os.Environ(), "KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		return stdout.String(), fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
