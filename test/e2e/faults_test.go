@@ -426,8 +426,9 @@ func assertOnePrimary(t *testing.T, ns, cluster string) string {
 	return primary
 }
 
-// logFailoverEvents logs the cluster's failover Events in order, so a
-// passing run still tells which instances were promoted and why.
+// logFailoverEvents logs the cluster's failover Events in order, and those
+// that create, remove or replace instances, so a passing run still tells
+// which instances were promoted, rewound or replaced, and why.
 func logFailoverEvents(t *testing.T, ns string) {
 	t.Helper()
 	events, err := clientset.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
@@ -438,7 +439,8 @@ func logFailoverEvents(t *testing.T, ns string) {
 	slices.SortFunc(events.Items, func(a, b eventsv1.Event) int { return a.EventTime.Compare(b.EventTime.Time) })
 	for _, e := range events.Items {
 		switch e.Reason {
-		case "FailingOver", "FailedOver", "FailoverBlocked", "DemotingFormerPrimary":
+		case "FailingOver", "FailedOver", "FailoverBlocked", "DemotingFormerPrimary", "RewindingReplica",
+			"CreatedInstance", "RemovedInstance", "RecloningInstance":
 			t.Logf("event %s %s: %s", e.EventTime.Format("15:04:05.000"), e.Reason, e.Note)
 		}
 	}
