@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -132,6 +133,25 @@ func (p *Postmaster) Diverged() string {
 	return p.diverged
 }
 
+// clientRefusals are FATALs PostgreSQL sends a client it turns away while it
+// starts, recovers or stops. They say nothing of why the server itself
+// failed, and they are frequent (probes, the manager's own checks), so the
+// last error keeps the server's own message instead: a replica that kept
+// crashing after a rewind was once reported only as "the database system
+// is in recovery mode".
+var clientRefusals = []string{
+	"the database system is starting up",
+	"the database system is in recovery mode",
+	"the database system is shutting down",
+	"the database system is not yet accepting connections",
+	"the database system is not accepting connections",
+	"connection to client lost",
+}
+
+func clientRefusal(text string) bool {
+	return slices.ContainsFunc(clientRefusals, func(m string) bool { return strings.Contains(text, m) })
+}
+
 // divergedMessage is the part of PostgreSQL's message (xlogrecovery.c,
 // rescanLatestTimeLine) that says the standby diverged.
 const divergedMessage = "forked off current database system timeline"
@@ -156,7 +176,7 @@ func (p *Postmaster) remember(line, level string, start int) {
 	if level == "LOG" && strings.Contains(entry.text, divergedMessage) {
 		p.diverged = entry.text
 	}
-	if level == "ERROR" || level == "FATAL" || level == "PANIC" {
+	if (level == "ERROR" || level == "FATAL" || level == "PANIC") && !clientRefusal(entry.text) {
 		var parts []string
 		for _, r := range p.recent {
 			if r.pid == entry.pid && r.pid != "" {

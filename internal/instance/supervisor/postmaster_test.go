@@ -37,6 +37,16 @@ func TestPostmasterLogAnalysis(t *testing.T) {
 			},
 			wantError: `LOG:  invalid value for parameter "work_mem": "x" / FATAL:  configuration file contains errors`,
 		},
+		{
+			name: "clients turned away during recovery do not hide why the server stopped",
+			lines: []string{
+				"2026-11-23 07:04:53.100 GMT [213] LOG:  starting backup recovery with redo LSN 0/20000D8",
+				"2026-11-23 07:04:53.200 GMT [213] FATAL:  requested timeline 3 does not contain minimum recovery point 0/41E11C0 on timeline 2",
+				"2026-11-23 07:04:53.300 GMT [214] FATAL:  the database system is in recovery mode",
+				"2026-11-23 07:04:53.400 GMT [215] FATAL:  the database system is starting up",
+			},
+			wantError: "LOG:  starting backup recovery with redo LSN 0/20000D8 / FATAL:  requested timeline 3 does not contain minimum recovery point 0/41E11C0 on timeline 2",
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
