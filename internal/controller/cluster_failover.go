@@ -256,7 +256,7 @@ func (r *ClusterReconciler) recordFailover(ctx context.Context, c *tuskv1alpha1.
 	return nil
 }
 
-// reconnectReplicas asks the other replicas that answer to connect their
+// reconnectReplicas asks the other running replicas to connect their
 // WAL receivers afresh, through -rw, which now selects the promoted
 // instance. A receiver still attached to a former primary cut off by the
 // network would otherwise wait for TCP to give up (tcp_user_timeout, 10 s)
@@ -268,7 +268,8 @@ func reconnectReplicas(ctx context.Context, v *view, promoted *member, ic *insta
 	log := ctrlLog(ctx)
 	var wg sync.WaitGroup
 	for _, m := range v.members {
-		if m == promoted || m.pod == nil || m.pod.DeletionTimestamp != nil || m.status == nil || m.status.Role != instanceapi.RoleReplica {
+		if m == promoted || m.pod == nil || m.pod.DeletionTimestamp != nil || m.status == nil ||
+			m.status.Role != instanceapi.RoleReplica || m.status.Phase != instanceapi.PhaseRunning {
 			continue
 		}
 		wg.Go(func() {
