@@ -116,6 +116,12 @@ func (m *Manager) superuserConnInfo(up instanceapi.Upstream) string {
 	if m.serverCerts != nil {
 		ci.SSLMode, ci.SSLRootCert, ci.SSLCert = "verify-full", m.serverCerts.caPath(), m.serverCerts.noClientCertPath()
 	}
+	// Rewound against anything but the primary (the -rw Service's
+	// endpoints may still lead to the former one), a replica finds "no
+	// rewind required" and then cannot follow the real primary.
+	if m.opts.UpstreamPrimaryOnly && m.opts.MajorVersion >= 14 {
+		ci.TargetSessionAttrs = "primary"
+	}
 	return pgconf.PrimaryConnInfo(ci)
 }
 

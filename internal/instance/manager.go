@@ -205,6 +205,10 @@ type state struct {
 	// new primary was not reachable yet, say): postgres stays stopped and
 	// the run loop tries again until the data directory follows it.
 	pendingRejoin *instanceapi.Upstream
+	// recloneInPlace makes the pending rejoin copy the upstream afresh
+	// instead of trying pg_rewind: postgres refused the data directory's
+	// history (see planReclone).
+	recloneInPlace bool
 	// recovery is the progress of a recovery bootstrap (replaced, never
 	// changed in place); nil otherwise.
 	recovery *instanceapi.RecoveryStatus
@@ -441,9 +445,12 @@ func (m *Manager) exited() <-chan struct{} {
 // primary gives up its Lease instead (nothing scheduled: holding the Lease
 // again starts it).
 func (m *Manager) afterCrash(ctx context.Context, backoff time.Duration) (<-chan time.Time, time.Duration) {
-	looping, afterStableRun := m.recordCrash()
+	looping, afterStableRun, mismatch := m.recordCrash()
 	if afterStableRun {
 		backoff = 0
+	}
+	if mismatch != "" && m.planReclone(mismatch) {
+		return m.scheduleRestart(backoff)
 	}
 	if looping && m.giveUpPrimary(ctx) {
 		return nil, backoff
@@ -452,9 +459,10 @@ func (m *Manager) afterCrash(ctx context.Context, backoff time.Duration) (<-chan
 }
 
 // recordCrash records an unexpected exit of postgres; it says whether
-// postgres is crash-looping, and whether it had run stably before (see
-// crashLoop.crashed).
-func (m *Manager) recordCrash() (looping, afterStableRun bool) {
+// postgres is crash-looping, whether it had run stably before (see
+// crashLoop.crashed), and the history mismatch that made it exit, if one
+// did.
+func (m *Manager) recordCrash() (looping, afterStableRun bool, mismatch string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	looping, afterStableRun = m.crashes.crashed(time.Since(m.state.startedAt))
@@ -469,7 +477,27 @@ func (m *Manager) recordCrash() (looping, afterStableRun bool) {
 	}
 	m.log.Info("Restarting postgres after an unexpected exit", "exit", fmt.Sprint(pm.ExitErr()), "lastError", pm.LastError(),
 		"crashesInARow", m.crashes.streak)
-	return looping, afterStableRun
+	return looping, afterStableRun, pm.HistoryMismatch()
+}
+
+// planReclone answers a replica whose postgres refused its own data
+// directory's history (see supervisor.Postmaster.HistoryMismatch): every
+// restart would fail the same way, and pg_rewind already found, or would
+// find, nothing to rewind by the control file, which is behind the WAL
+// that went past the fork. The run loop copies the upstream afresh in
+// place, keeping the old directory aside, instead of crash-looping until
+// the operator replaces the whole instance. It says whether it planned
+// one: a primary, or an instance fenced by hand, is left alone.
+func (m *Manager) planReclone(mismatch string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.state.role != instanceapi.RoleReplica || m.state.fencedByHand {
+		return false
+	}
+	up := m.state.upstream
+	m.state.pendingRejoin, m.state.recloneInPlace = &up, true
+	m.log.Info("postgres refused this data directory's history; copying the upstream afresh", "reason", mismatch, "upstream", up.Host)
+	return true
 }
 
 // restart starts postgres when the restart timer fires, and schedules
@@ -497,12 +525,16 @@ func (m *Manager) restart(ctx context.Context, backoff time.Duration) (<-chan ti
 // postgres as a replica; until then postgres stays stopped, so a former
 // primary never serves on its old history.
 func (m *Manager) finishRejoin(ctx context.Context, up instanceapi.Upstream, backoff time.Duration) (<-chan time.Time, time.Duration) {
-	if err := m.rejoin(ctx, up); err != nil {
+	rejoin := m.rejoin
+	if m.snapshot().recloneInPlace {
+		rejoin = m.reclone
+	}
+	if err := rejoin(ctx, up); err != nil {
 		m.setError(err)
 		return m.scheduleRestart(backoff)
 	}
 	m.mu.Lock()
-	m.state.pendingRejoin, m.state.fenced = nil, false
+	m.state.pendingRejoin, m.state.fenced, m.state.recloneInPlace = nil, false, false
 	m.mu.Unlock()
 	if err := m.startPostgres(ctx); err != nil {
 		m.setError(err)

@@ -190,7 +190,7 @@ func (m *Manager) demote(ctx context.Context, up instanceapi.Upstream) error {
 		return err
 	}
 	m.mu.Lock()
-	m.state.fenced, m.state.pendingRejoin = false, nil
+	m.state.fenced, m.state.pendingRejoin, m.state.recloneInPlace = false, nil, false
 	m.mu.Unlock()
 	return m.startPostgres(ctx)
 }
@@ -214,11 +214,30 @@ func (m *Manager) rejoin(ctx context.Context, up instanceapi.Upstream) error {
 			return err
 		}
 	}
+	m.becomeReplicaOf(up)
+	return nil
+}
+
+// reclone makes a stopped replica's data directory a fresh copy of up,
+// for a directory postgres refused (planReclone).
+func (m *Manager) reclone(ctx context.Context, up instanceapi.Upstream) error {
+	m.setPhase(instanceapi.PhaseRejoining)
+	if err := m.writePassfile(); err != nil {
+		return err
+	}
+	if err := m.recloneFrom(ctx, up); err != nil {
+		return err
+	}
+	m.becomeReplicaOf(up)
+	return nil
+}
+
+// becomeReplicaOf records that the stopped data directory now follows up.
+func (m *Manager) becomeReplicaOf(up instanceapi.Upstream) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.state.role = instanceapi.RoleReplica
 	m.state.upstream = up
-	m.mu.Unlock()
-	return nil
 }
 
 // couldNotConnect says a client tool (pg_rewind) failed at its first

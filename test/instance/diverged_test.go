@@ -4,8 +4,12 @@ package instance
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"tusk.dev/tusk/internal/instanceapi"
@@ -60,4 +64,61 @@ func TestReplicaReportsDivergence(t *testing.T) {
 	})
 	behind.exec("INSERT INTO t VALUES (3)")
 	ahead.waitIDs(1, 3) // row 2 is gone: rewound away
+}
+
+// TestReplicaPastTheForkIsCopiedAfresh: a replica whose last restartpoint
+// lies past the point where the new primary's timeline forked off cannot
+// start any more: PostgreSQL refuses its history at each start. Its
+// manager copies the upstream afresh in place, keeping the old directory
+// aside, instead of crash-looping until the operator replaces the whole
+// instance.
+func TestReplicaPastTheForkIsCopiedAfresh(t *testing.T) {
+	primary := startNode(t, "pg-1", nodeOptions{role: instanceapi.RolePrimary})
+	primary.waitReady(instanceapi.RolePrimary)
+	primary.exec("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)")
+	ahead := startNode(t, "pg-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port})
+	behind := startNode(t, "pg-3", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port})
+	for _, r := range []*node{ahead, behind} {
+		r.waitReady(instanceapi.RoleReplica)
+		r.waitIDs(1)
+	}
+
+	behind.stop()
+	primary.exec("INSERT INTO t VALUES (2)")
+	primary.exec("CHECKPOINT")
+	ahead.waitReplayed(primary.lsn())
+	ahead.exec("CHECKPOINT") // a restartpoint, past where behind stopped
+	primary.stop()
+	behind.rerun()
+	behind.waitReady(instanceapi.RoleReplica)
+	behind.command(http.MethodPost, instanceapi.PathPromote, nil, nil)
+	behind.waitReady(instanceapi.RolePrimary)
+
+	up := instanceapi.FollowRequest{Upstream: instanceapi.Upstream{Host: "127.0.0.1", Port: behind.port}}
+	ahead.command(http.MethodPost, instanceapi.PathFollow, up, nil)
+	ahead.waitFor("a reported divergence", func(st instanceapi.Status) error {
+		if st.Diverged == "" {
+			return errors.New("no divergence reported")
+		}
+		return nil
+	})
+	// The restart replays from the restartpoint, on the new timeline's
+	// history that the WAL receiver fetched: PostgreSQL refuses it.
+	if err := syscall.Kill(ahead.postmasterPid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	ahead.waitFor("following the new primary", func(st instanceapi.Status) error {
+		if st.Diverged != "" || !st.Streaming || st.Timeline != 2 {
+			return fmt.Errorf("not streaming on timeline 2 yet, or still diverged (phase %s, last error %q)", st.Phase, st.LastError)
+		}
+		return nil
+	})
+	behind.exec("INSERT INTO t VALUES (3)")
+	ahead.waitIDs(1, 3) // row 2 is gone with the old timeline
+	if logs := ahead.logs(); !strings.Contains(logs, "is not a child of this server's history") {
+		t.Errorf("the manager of %s never logged PostgreSQL refusing its history; logs:\n%s", ahead.name, logs)
+	}
+	if _, err := os.Stat(filepath.Join(ahead.dir, "pgdata.discarded", "PG_VERSION")); err != nil {
+		t.Errorf("the refused data directory was not kept aside: %v", err)
+	}
 }

@@ -464,6 +464,36 @@ func (n *node) waitIDs(want ...int) {
 	})
 }
 
+// lsn is the primary n's current WAL write position.
+func (n *node) lsn() string {
+	n.t.Helper()
+	var lsn string
+	n.withConn("postgres", superuserPassword, "app", func(conn *pgx.Conn) error {
+		return conn.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&lsn)
+	})
+	return lsn
+}
+
+// waitReplayed waits until the replica n has replayed WAL up to lsn.
+func (n *node) waitReplayed(lsn string) {
+	n.t.Helper()
+	testenv.Eventually(n.t, waitTimeout, func(ctx context.Context) error {
+		conn, err := n.tryConnect(ctx, "postgres", superuserPassword, "app")
+		if err != nil {
+			return err
+		}
+		defer func() { _ = conn.Close(context.Background()) }()
+		var replayed bool
+		if err := conn.QueryRow(ctx, "SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn", lsn).Scan(&replayed); err != nil {
+			return err
+		}
+		if !replayed {
+			return fmt.Errorf("%s has not replayed up to %s yet", n.name, lsn)
+		}
+		return nil
+	})
+}
+
 // postmasterPid reads the running postmaster's PID from postmaster.pid.
 func (n *node) postmasterPid() int {
 	n.t.Helper()

@@ -60,6 +60,9 @@ type Postmaster struct {
 	lastError string
 	recent    []logLine // the last few lines, to explain a FATAL
 	diverged  string
+	// historyMismatch is the startup process's FATAL saying the data
+	// directory is past the fork of the timeline it must follow.
+	historyMismatch string
 }
 
 type logLine struct{ pid, text string }
@@ -133,6 +136,17 @@ func (p *Postmaster) Diverged() string {
 	return p.diverged
 }
 
+// HistoryMismatch is the startup process's FATAL saying this data directory
+// already went past the point where the timeline it must follow forked
+// off ("" while it has not said so). Unlike Diverged, postgres exits and
+// every restart fails the same way: the directory must be rewound or
+// copied afresh.
+func (p *Postmaster) HistoryMismatch() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.historyMismatch
+}
+
 // clientRefusals are FATALs PostgreSQL sends a client it turns away while it
 // starts, recovers or stops. They say nothing of why the server itself
 // failed, and they are frequent (probes, the manager's own checks), so the
@@ -156,6 +170,21 @@ func clientRefusal(text string) bool {
 // rescanLatestTimeLine) that says the standby diverged.
 const divergedMessage = "forked off current database system timeline"
 
+// historyMismatchMessages are the parts of the startup process's FATALs
+// (xlogrecovery.c, InitWalRecovery) that refuse a data directory whose
+// last checkpoint, or minimum recovery point, lies on an older timeline
+// past the point where the requested timeline forked off. A standby that
+// pg_rewind found needing no rewind, while its pg_wal held the old
+// timeline past the fork, meets them after replaying that WAL.
+var historyMismatchMessages = []string{
+	"is not a child of this server's history",
+	"does not contain minimum recovery point",
+}
+
+func historyMismatch(text string) bool {
+	return slices.ContainsFunc(historyMismatchMessages, func(m string) bool { return strings.Contains(text, m) })
+}
+
 // severity finds PostgreSQL's message level in a log line, whatever
 // log_line_prefix puts before it.
 var severity = regexp.MustCompile(`\b(DEBUG[1-5]|LOG|INFO|NOTICE|WARNING|ERROR|FATAL|PANIC|DETAIL|HINT|CONTEXT|STATEMENT):  `)
@@ -175,6 +204,9 @@ func (p *Postmaster) remember(line, level string, start int) {
 	defer p.mu.Unlock()
 	if level == "LOG" && strings.Contains(entry.text, divergedMessage) {
 		p.diverged = entry.text
+	}
+	if level == "FATAL" && historyMismatch(entry.text) {
+		p.historyMismatch = entry.text
 	}
 	if (level == "ERROR" || level == "FATAL" || level == "PANIC") && !clientRefusal(entry.text) {
 		var parts []string

@@ -13,6 +13,7 @@ func TestPostmasterLogAnalysis(t *testing.T) {
 		name         string
 		lines        []string
 		wantDiverged string
+		wantMismatch string
 		wantError    string
 	}{
 		{
@@ -45,7 +46,24 @@ func TestPostmasterLogAnalysis(t *testing.T) {
 				"2026-11-23 07:04:53.300 GMT [214] FATAL:  the database system is in recovery mode",
 				"2026-11-23 07:04:53.400 GMT [215] FATAL:  the database system is starting up",
 			},
-			wantError: "LOG:  starting backup recovery with redo LSN 0/20000D8 / FATAL:  requested timeline 3 does not contain minimum recovery point 0/41E11C0 on timeline 2",
+			wantMismatch: "FATAL:  requested timeline 3 does not contain minimum recovery point 0/41E11C0 on timeline 2",
+			wantError:    "LOG:  starting backup recovery with redo LSN 0/20000D8 / FATAL:  requested timeline 3 does not contain minimum recovery point 0/41E11C0 on timeline 2",
+		},
+		{
+			name: "a last checkpoint past the fork of the requested timeline",
+			lines: []string{
+				"2026-11-23 07:04:53.200 GMT [213] FATAL:  requested timeline 2 is not a child of this server's history",
+				"2026-11-23 07:04:53.201 GMT [213] DETAIL:  Latest checkpoint is at 0/5000060 on timeline 1, but in the history of the requested timeline, the server forked off from that timeline at 0/4000110.",
+			},
+			wantMismatch: "FATAL:  requested timeline 2 is not a child of this server's history",
+			wantError:    "FATAL:  requested timeline 2 is not a child of this server's history",
+		},
+		{
+			name: "the same words logged, not as the startup process's FATAL",
+			lines: []string{
+				"2026-11-23 07:04:53.200 GMT [300] ERROR:  relation \"does not contain minimum recovery point\" does not exist",
+			},
+			wantError: "ERROR:  relation \"does not contain minimum recovery point\" does not exist",
 		},
 	}
 	for _, tc := range tests {
@@ -54,6 +72,9 @@ func TestPostmasterLogAnalysis(t *testing.T) {
 			p.forwardLog(strings.NewReader(strings.Join(tc.lines, "\n")))
 			if got := p.Diverged(); got != tc.wantDiverged {
 				t.Errorf("Diverged() = %q, want %q", got, tc.wantDiverged)
+			}
+			if got := p.HistoryMismatch(); got != tc.wantMismatch {
+				t.Errorf("HistoryMismatch() = %q, want %q", got, tc.wantMismatch)
 			}
 			if got := p.LastError(); got != tc.wantError {
 				t.Errorf("LastError() = %q, want %q", got, tc.wantError)
