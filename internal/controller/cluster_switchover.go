@@ -28,9 +28,9 @@ func (r *ClusterReconciler) reconcileRoleLabels(ctx context.Context, c *tuskv1al
 }
 
 // labelledRole is the role label an instance's pod should carry now. A
-// primary being switched over keeps its label, and takes writes, until it
-// steps down (stepDownFirst moves the label on at once): taking it off
-// earlier would only start the write gap sooner.
+// primary being switched over keeps its label, and takes writes, until
+// the pass that steps it down moves the label (stepDownFirst), or again
+// when its step-down failed and it still serves as the primary.
 func labelledRole(c *tuskv1alpha1.PostgresCluster, m *member) instanceapi.Role {
 	if m.name == c.Status.CurrentPrimary && c.Status.TargetPrimary != c.Status.CurrentPrimary &&
 		m.status != nil && m.status.Role == instanceapi.RolePrimary {
@@ -40,7 +40,7 @@ func labelledRole(c *tuskv1alpha1.PostgresCluster, m *member) instanceapi.Role {
 }
 
 func (r *ClusterReconciler) labelRole(ctx context.Context, m *member, role instanceapi.Role) error {
-	if m.pod == nil || m.pod.Labels[LabelRole] == string(role) {
+	if m == nil || m.pod == nil || m.pod.Labels[LabelRole] == string(role) {
 		return nil
 	}
 	patch := client.MergeFrom(m.pod.DeepCopy())
@@ -51,11 +51,15 @@ func (r *ClusterReconciler) labelRole(ctx context.Context, m *member, role insta
 	return nil
 }
 
-// moveWritesTo labels the target primary right after the old primary
-// stepped down, while the target catches up and is promoted: the Service
-// endpoints and every node's proxy rules take a second or so to follow a
-// label, and the target refuses writes (read-only) until it is promoted,
-// so nothing is written anywhere meanwhile.
+// moveWritesTo labels the target primary, and the old one a replica
+// (old may be nil: its pod is gone). The -rw Service's endpoints and every
+// node's proxy rules take one to two seconds to follow a label (kube-proxy
+// syncs its rules at most once a second by default), so the label moves
+// before the old primary steps down or the failed one's successor is
+// promoted, not after: the delay then runs alongside them instead of
+// adding to the write gap. Nothing is written anywhere meanwhile: the
+// target refuses writes (read-only) until it is promoted, and the old
+// primary is stepping down, or failed and without its Lease.
 func (r *ClusterReconciler) moveWritesTo(ctx context.Context, old, target *member) error {
 	if err := r.labelRole(ctx, old, instanceapi.RoleReplica); err != nil {
 		return err
@@ -134,11 +138,13 @@ func (r *ClusterReconciler) reconcileSwitchover(ctx context.Context, c *tuskv1al
 	}
 	switch switchoverStep(old.status, target.status) {
 	case stepDownFirst:
-		checkpoint, err := r.stepDown(ctx, c, old, ic)
-		if err != nil {
+		// A failed step-down leaves the old primary serving: the next
+		// pass labels it back (labelledRole).
+		if err := r.moveWritesTo(ctx, old, target); err != nil {
 			return true, err
 		}
-		if err := r.moveWritesTo(ctx, old, target); err != nil {
+		checkpoint, err := r.stepDown(ctx, c, old, ic)
+		if err != nil {
 			return true, err
 		}
 		// The target normally has the checkpoint already: promoting in

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"tusk.dev/tusk/internal/instance/supervisor"
 	"tusk.dev/tusk/internal/instanceapi"
 	"tusk.dev/tusk/internal/walarchive"
@@ -108,23 +110,38 @@ func (m *Manager) promote(ctx context.Context) (PromoteResult, error) {
 	if st := m.snapshot(); st.role != instanceapi.RoleReplica {
 		return PromoteResult{}, errors.New("this instance is already the primary")
 	}
+	begin := time.Now()
 	if err := m.waitRunning(ctx); err != nil {
 		return PromoteResult{}, fmt.Errorf("cannot promote: %w", err)
 	}
+	// The session for pg_promote opens while the Lease is taken: both are
+	// round trips on the write gap's path, and opening a session changes
+	// nothing.
+	conns := make(chan connected, 1)
+	go func() {
+		conn, err := m.connect(ctx)
+		conns <- connected{conn, err}
+	}()
 	// A new primary takes writes only while it holds the Lease: the
 	// operator promotes once the former primary's Lease expired or was
 	// released, so taking it here succeeds, or the promotion is refused.
 	if m.lease != nil {
 		if err := m.lease.hold(ctx); err != nil {
+			if c := <-conns; c.err == nil {
+				_ = c.conn.Close(context.Background())
+			}
 			return PromoteResult{}, fmt.Errorf("cannot promote: %w", err)
 		}
 	}
-	conn, err := m.connect(ctx)
-	if err != nil {
-		return PromoteResult{}, err
+	leaseHeld := time.Since(begin)
+	c := <-conns
+	if c.err != nil {
+		return PromoteResult{}, c.err
 	}
+	conn := c.conn
 	defer func() { _ = conn.Close(context.Background()) }()
 	start := time.Now()
+	m.log.Info("Promoting", "leaseHeldAfter", leaseHeld.String(), "connectedAfter", start.Sub(begin).String())
 	var promoted bool
 	if err := conn.QueryRow(ctx, "SELECT pg_promote(wait => true, wait_seconds => 60)").Scan(&promoted); err != nil || !promoted {
 		return PromoteResult{}, fmt.Errorf("pg_promote did not finish (promoted=%v): %w", promoted, err)
@@ -160,6 +177,12 @@ func (m *Manager) promote(ctx context.Context) (PromoteResult, error) {
 	res.Timeline = status.Timeline
 	m.log.Info("Promoted to primary", "timeline", res.Timeline, "duration", res.Duration.String())
 	return res, nil
+}
+
+// connected is a session opened in the background, or why it could not be.
+type connected struct {
+	conn *pgx.Conn
+	err  error
 }
 
 // Demote turns a primary into a replica of up: it stops postgres cleanly,
