@@ -101,8 +101,11 @@ func readWAL(f *os.File, limit int64) (compressed []byte, sum Sum, err error) {
 		sum, err := sumOf(f)
 		return nil, sum, err
 	}
-	enc := encoders.Get().(*zstd.Encoder) //nolint:errcheck // the pool holds nothing else
-	defer encoders.Put(enc)
+	enc := encoders.Get().(*zstd.Encoder)
+	defer func() {
+		enc.Reset(nil) // the pool keeps no reference to the output
+		encoders.Put(enc)
+	}()
 	// Room for the worst case up front: the encoder then never copies what
 	// it wrote, and the pages of the room it does not use are never touched.
 	out := bytes.NewBuffer(make([]byte, 0, enc.MaxEncodedSize(int(info.Size()))))
@@ -116,7 +119,6 @@ func readWAL(f *os.File, limit int64) (compressed []byte, sum Sum, err error) {
 	}
 	switch {
 	case err != nil:
-		enc.Reset(nil)
 		return nil, Sum{}, fmt.Errorf("while compressing: %w", err)
 	case n > info.Size():
 		return nil, Sum{}, fmt.Errorf("the file grew past its size of %d bytes while it was read", info.Size())
