@@ -262,7 +262,7 @@ func TestTargetValidate(t *testing.T) {
 func TestValidateName(t *testing.T) {
 	for name, ok := range map[string]bool{
 		"orders-20261123": true, "a": true, "b.1": true,
-		"": false, "..": false, "a/b": false, "../x": false, "Upper": false, "-a": false, "a-": false, strings.Repeat("a", 254): false,
+		"": false, "..": false, "a/b": false, "../x": false, "Upper": false, "-a": false, "a-": false, strings.Repeat("a", 254): false, strings.Repeat("a", 253): true,
 	} {
 		if err := ValidateName(name); (err == nil) != ok {
 			t.Errorf("ValidateName(%q) = %v, want ok=%v", name, err, ok)

@@ -29,12 +29,18 @@ const (
 )
 
 // namePattern is what a backup's name may be: a Kubernetes object name
-// (PostgresBackup objects will name them), so a key segment and no more.
-var namePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
+// (PostgresBackup objects will name them), so a key segment and no more;
+// maxNameLength bounds it. The bound is not a {0,251} in the pattern: that
+// repetition compiles to a program of hundreds of instructions, which
+// every run of the binary (every archive_command) paid for at start-up.
+var namePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
+
+// maxNameLength is the longest Kubernetes object name.
+const maxNameLength = 253
 
 // ValidateName checks that name can name a backup.
 func ValidateName(name string) error {
-	if !namePattern.MatchString(name) || name == "." || name == ".." {
+	if len(name) > maxNameLength || !namePattern.MatchString(name) || name == "." || name == ".." {
 		return fmt.Errorf("backup name %q is not valid: use lowercase letters, digits, '-' and '.', "+
 			"starting and ending with a letter or digit (as Kubernetes names)", name)
 	}

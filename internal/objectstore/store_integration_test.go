@@ -85,8 +85,24 @@ func TestPutGetStatListDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	objects["a/base/stream"] = stream
+	// 20 MiB in one PUT, more than the 16 MiB minio-go would split into
+	// parts, and an empty object.
+	sized := randomData(20 << 20)
+	for key, data := range map[string][]byte{"a/sized/big": sized, "a/sized/empty": {}} {
+		if err := st.PutSized(c, key, data, map[string]string{"Tusk-Sha256": sum(data)}); err != nil {
+			t.Fatal(err)
+		}
+		objects[key] = data
+	}
 	for key, data := range objects {
 		checkGet(t, st, key, data)
+	}
+	// A multipart object's ETag ends with -<parts>; one PUT's does not.
+	if raw, err := s3.Client().StatObject(c, s3.Bucket, "clusters/a/sized/big", minio.StatObjectOptions{}); err != nil || strings.Contains(raw.ETag, "-") {
+		t.Errorf("PutSized of 20 MiB: ETag %q, %v; want one PUT", raw.ETag, err)
+	}
+	if raw, err := s3.Client().StatObject(c, s3.Bucket, "clusters/a/base/x", minio.StatObjectOptions{}); err != nil || !strings.Contains(raw.ETag, "-") {
+		t.Errorf("Put of 12 MiB: ETag %q, %v; want a multipart upload (the check above tells them apart)", raw.ETag, err)
 	}
 	info, err := st.Stat(c, "a/base/x")
 	if err != nil {
@@ -95,7 +111,7 @@ func TestPutGetStatListDelete(t *testing.T) {
 	if info.Size != int64(len(big)) || info.Metadata["tusk-sha256"] != sum(big) || info.Key != "a/base/x" {
 		t.Errorf("Stat = %+v, want size %d and the checksum in metadata", info, len(big))
 	}
-	if got := listKeys(t, st, "a/"); !slices.Equal(got, []string{"a/base/stream", "a/base/x", "a/wal/1", "a/wal/2"}) {
+	if got := listKeys(t, st, "a/"); !slices.Equal(got, []string{"a/base/stream", "a/base/x", "a/sized/big", "a/sized/empty", "a/wal/1", "a/wal/2"}) {
 		t.Errorf("List(a/) = %v", got)
 	}
 	// The keys really are under the configured path in the bucket.

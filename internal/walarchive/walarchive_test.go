@@ -2,11 +2,15 @@ package walarchive
 
 import (
 	"bytes"
+	"crypto/rand"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/klauspost/compress/zstd"
 
 	"tusk.dev/tusk/internal/objectstore"
 )
@@ -193,5 +197,94 @@ func write(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEveryFormatRestores checks that restore reads, byte for byte, what
+// Archive stores for files compressed in memory, what it streams for
+// larger files, and what versions before in-memory archiving stored (the
+// streaming encoder with its default concurrency and window).
+func TestEveryFormatRestores(t *testing.T) {
+	walLike := bytes.Repeat([]byte("wal record with some payload "), 700000) // 20 MB: many blocks
+	random := make([]byte, 3<<20)
+	_, _ = rand.Read(random)
+	for name, data := range map[string][]byte{"wal-like": walLike, "random": random, "small": []byte("00000002.history content\n"), "empty": {}} {
+		sum, _ := sumOf(bytes.NewReader(data))
+		objects := map[string][]byte{"in memory": inMemory(t, data), "streamed": compressed(t, data), "previous": previousFormat(t, data)}
+		for format, obj := range objects {
+			dest := filepath.Join(t.TempDir(), "RECOVERYXLOG")
+			if err := writeVerified(bytes.NewReader(obj), dest, sum); err != nil {
+				t.Errorf("%s, %s: %v", name, format, err)
+				continue
+			}
+			if got, err := os.ReadFile(dest); err != nil || !bytes.Equal(got, data) {
+				t.Errorf("%s, %s: restored %d bytes (equal %v), %v", name, format, len(got), bytes.Equal(got, data), err)
+			}
+		}
+	}
+}
+
+// inMemory is what Archive stores for data in a file it compresses in
+// memory.
+func inMemory(t *testing.T, data []byte) []byte {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "000000010000000000000001")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	obj, sum, err := readWAL(f, DefaultMaxInMemory)
+	if want, _ := sumOf(bytes.NewReader(data)); err != nil || obj == nil || sum != want {
+		t.Fatalf("readWAL: %d bytes, %v, %v; want the compressed file and %v", len(obj), sum, err, want)
+	}
+	return obj
+}
+
+// previousFormat compresses data as wal-archive did before it compressed
+// in memory.
+func previousFormat(t *testing.T, data []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	enc, err := zstd.NewWriter(&buf, zstd.WithEncoderLevel(zstd.SpeedFastest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(enc, bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	if err := enc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestReadWAL(t *testing.T) {
+	dir := t.TempDir()
+	content := bytes.Repeat([]byte{1, 2, 3}, 1000)
+	path := filepath.Join(dir, "000000010000000000000001")
+	if err := os.WriteFile(path, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := sumOf(bytes.NewReader(content))
+	for _, tc := range []struct {
+		limit    int64
+		inMemory bool
+	}{{int64(len(content)), true}, {int64(len(content)) - 1, false}} {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, sum, err := readWAL(f, tc.limit)
+		_ = f.Close()
+		if err != nil || sum != want {
+			t.Errorf("limit %d: sum %v, %v; want %v", tc.limit, sum, err, want)
+		}
+		if tc.inMemory != (got != nil) {
+			t.Errorf("limit %d: compressed %d bytes in memory, want in memory %v", tc.limit, len(got), tc.inMemory)
+		}
 	}
 }

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 
 	"tusk.dev/tusk/internal/testenv"
+	"tusk.dev/tusk/internal/walarchive"
 )
 
 // BenchmarkArchiveSegment measures what PostgreSQL waits for per WAL
@@ -33,24 +36,87 @@ func BenchmarkArchiveSegment(b *testing.B) {
 			}
 			b.SetBytes(segmentSize)
 			var compressed int64
+			var cpu time.Duration
 			for range b.N {
 				b.StopTimer()
 				seg := filepath.Join(dir, fmt.Sprintf("%08X%08X%08X", 1, next/256, next%256))
 				next++
 				writeFile(b, seg, string(content))
 				b.StartTimer()
-				if code, out := tusk(b, "instance", "wal-archive", "--config", cfg, seg); code != 0 {
+				code, out, used := tuskCPU(b, "instance", "wal-archive", "--config", cfg, seg)
+				b.StopTimer()
+				if code != 0 {
 					b.Fatalf("wal-archive: exit %d: %s", code, out)
 				}
-				b.StopTimer()
+				cpu += used
 				compressed += objectSize(b, s3, filepath.Base(seg))
 				_ = os.Remove(seg)
 				b.StartTimer()
 			}
 			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/segment")
+			b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/segment")
 			b.ReportMetric(float64(compressed)/float64(int64(b.N)*segmentSize), "compressed-ratio")
 		})
 	}
+}
+
+// BenchmarkArchiveInProcess measures the archiving work of one segment
+// without the process around it: walarchive.Archiver.Archive called in the
+// benchmark's process, as `tusk instance wal-archive` calls it, on a new
+// name each time. It shows what the process start costs (the difference
+// with BenchmarkArchiveSegment), and it is the one to profile
+// (-cpuprofile) for the archiving work itself. cpu-ms/segment is this
+// process's CPU time (MinIO's is not in it).
+func BenchmarkArchiveInProcess(b *testing.B) {
+	s3 := testenv.StartS3(b, testenv.S3Options{})
+	dir := workDir(b)
+	cfg, err := walarchive.LoadConfig(archiveConfig(b, dir, s3, nil))
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := walarchive.NewArchiver(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	segments := map[string]string{"real-wal": realSegment(b, dir), "random": fakeSegment(b, dir, "random", 3, 256)}
+	next := 0
+	for _, name := range []string{"real-wal", "random"} {
+		b.Run(name, func(b *testing.B) {
+			content, err := os.ReadFile(segments[name])
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(segmentSize)
+			var cpu time.Duration
+			for range b.N {
+				b.StopTimer()
+				seg := filepath.Join(dir, fmt.Sprintf("%08X%08X%08X", 1, next/256, next%256))
+				next++
+				writeFile(b, seg, string(content))
+				before := processCPU(b)
+				b.StartTimer()
+				_, err := a.Archive(b.Context(), seg)
+				b.StopTimer()
+				cpu += processCPU(b) - before
+				if err != nil {
+					b.Fatal(err)
+				}
+				_ = os.Remove(seg)
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/segment")
+			b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/segment")
+		})
+	}
+}
+
+// processCPU is the CPU time (user and system) this process used so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkRestoreSegment measures one run of `tusk instance wal-restore`

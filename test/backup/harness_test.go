@@ -121,16 +121,24 @@ func archiveConfig(t testing.TB, dir string, s3 *testenv.S3, change func(*object
 // returns its exit code and output.
 func tusk(t testing.TB, args ...string) (int, string) {
 	t.Helper()
+	code, out, _ := tuskCPU(t, args...)
+	return code, out
+}
+
+// tuskCPU runs tusk as tusk does, and also returns the CPU time (user and
+// system) the process used.
+func tuskCPU(t testing.TB, args ...string) (int, string, time.Duration) {
+	t.Helper()
 	cmd := exec.Command(tuskBinary, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: pgUser}
 	out, err := cmd.CombinedOutput()
 	if exit, ok := errors.AsType[*exec.ExitError](err); ok {
-		return exit.ExitCode(), string(out)
+		return exit.ExitCode(), string(out), exit.UserTime() + exit.SystemTime()
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	return 0, string(out)
+	return 0, string(out), cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 }
 
 // pgTool runs a PostgreSQL program as the postgres OS user.

@@ -3,6 +3,7 @@
 package backup
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -108,6 +109,8 @@ func archiveUnderPgbench(b *testing.B, load string, parallel, seconds int) map[s
 	args := pgbenchLoad(b, conn, dir, load)
 	startLSN := query1[string](b, conn, "SELECT pg_current_wal_lsn()::text")
 	startArchived := query1[int64](b, conn, "SELECT archived_count FROM pg_stat_archiver")
+	archiver := query1[int32](b, conn, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'archiver'")
+	startCPU := childrenCPU(b, archiver)
 
 	done := make(chan pgbenchResult, 1)
 	go func() { done <- runPgbench(dir, srv.port, seconds, args...) }()
@@ -139,6 +142,10 @@ func archiveUnderPgbench(b *testing.B, load string, parallel, seconds int) map[s
 	if err != nil {
 		b.Fatalf("the archive did not catch up after pgbench: %v", err)
 	}
+	// Every archive_command run of the pgbench period and the drain after
+	// it has ended and been waited for: their CPU is in the archiver's.
+	drained := query1[int64](b, conn, "SELECT archived_count FROM pg_stat_archiver") - startArchived
+	cpuPerSegment := float64((childrenCPU(b, archiver) - startCPU).Milliseconds()) / float64(max(drained, 1))
 	b.Logf("%s, parallel=%d: pgbench %.0f tps for %.0f s; elapsed, pg_wal size, .ready files: %s", load, parallel, res.tps, ran, strings.Join(series, ", "))
 	return map[string]float64{
 		"tps":               res.tps,
@@ -150,8 +157,34 @@ func archiveUnderPgbench(b *testing.B, load string, parallel, seconds int) map[s
 		"ready-max":         float64(maxReady),
 		"drain-s":           drain.Seconds(),
 		"archive-failures":  float64(failed),
+		"cpu-ms/segment":    cpuPerSegment,
 	}
 }
+
+// childrenCPU is the CPU time (user and system) of the ended children of
+// process pid that it waited for: for PostgreSQL's archiver, the
+// archive_command runs (the shell and the tusk it starts).
+func childrenCPU(b *testing.B, pid int32) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command's name, which is in parentheses:
+	// cutime and cstime are the 16th and 17th fields of the line.
+	fields := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	var ticks int64
+	for _, f := range fields[13:15] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			b.Fatalf("reading /proc/%d/stat: %v", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks
+}
+
+// clockTicks is the unit of /proc's times (USER_HZ), 100 on Linux.
+const clockTicks = 100
 
 type pgbenchResult struct {
 	tps    float64

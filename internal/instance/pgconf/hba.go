@@ -39,8 +39,9 @@ type HBAConfig struct {
 }
 
 // roleName is a role name that needs no quoting in pg_hba.conf and is not
-// one of its keywords' shapes (+group, @file, /regex).
-var roleName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+// one of its keywords' shapes (+group, @file, /regex); maxIdentifierLength
+// bounds it.
+var roleName = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
 // hbaKeywords are user-column keywords that would match more than one role.
 var hbaKeywords = []string{"all", "sameuser", "samerole", "samegroup"}
@@ -108,7 +109,7 @@ func (in HBAConfig) validate() (ReplicationAuth, error) {
 		auth = ReplicationAuthSCRAM
 	}
 	var errs []error
-	if !roleName.MatchString(in.ReplicationUser) || slices.Contains(hbaKeywords, in.ReplicationUser) {
+	if len(in.ReplicationUser) > maxIdentifierLength || !roleName.MatchString(in.ReplicationUser) || slices.Contains(hbaKeywords, in.ReplicationUser) {
 		errs = append(errs, fmt.Errorf("replication user %q is not a plain role name", in.ReplicationUser))
 	}
 	switch auth {

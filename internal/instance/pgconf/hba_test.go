@@ -101,6 +101,7 @@ func TestPgHBARejects(t *testing.T) {
 		"replication user group":    {ReplicationUser: "+admins"},
 		"replication user quoted":   {ReplicationUser: `a"b`},
 		"replication user spaces":   {ReplicationUser: "a b"},
+		"replication user too long": {ReplicationUser: strings.Repeat("r", 64)},
 		"cert without TLS":          {ReplicationUser: "r", ReplicationAuth: ReplicationAuthCert},
 		"unknown method":            {ReplicationUser: "r", ReplicationAuth: "md5"},
 		"trust rule":                {ReplicationUser: "r", ExtraRules: []string{"host all all all trust"}},

@@ -111,8 +111,15 @@ var tuskDefaults = map[string]string{ //nolint:gosec // G101: password_encryptio
 // allowedWALLevels: minimal would break replicas and backups.
 var allowedWALLevels = []string{"replica", "logical"}
 
-// slotName is what PostgreSQL accepts as a replication slot name.
-var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+// slotName is what PostgreSQL accepts as a replication slot name, with
+// maxIdentifierLength.
+var slotName = regexp.MustCompile(`^[a-z0-9_]+$`)
+
+// maxIdentifierLength is PostgreSQL's NAMEDATALEN-1. Patterns check it
+// with len, not with a {1,63} repetition: that compiles to a program of
+// hundreds of instructions, paid by every run of the binary (every
+// archive_command) at start-up.
+const maxIdentifierLength = 63
 
 // setting is one name = value line.
 type setting struct {
@@ -197,7 +204,7 @@ func (in ServerConfig) validate() error {
 	if in.SocketDir == "" {
 		errs = append(errs, errors.New("the Unix socket directory is empty: the instance manager connects there"))
 	}
-	if in.PrimarySlotName != "" && !slotName.MatchString(in.PrimarySlotName) {
+	if in.PrimarySlotName != "" && (len(in.PrimarySlotName) > maxIdentifierLength || !slotName.MatchString(in.PrimarySlotName)) {
 		errs = append(errs, fmt.Errorf("primary_slot_name %q is not a replication slot name (a-z, 0-9, _; at most 63)", in.PrimarySlotName))
 	}
 	if in.PrimarySlotName != "" && in.PrimaryConnInfo == "" {
