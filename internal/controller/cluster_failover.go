@@ -186,9 +186,6 @@ func (r *ClusterReconciler) reconcileFailover(ctx context.Context, c *tuskv1alph
 			return f, err
 		}
 	}
-	if err := r.moveWritesTo(ctx, v.member(c.Status.CurrentPrimary), candidate); err != nil {
-		return f, err
-	}
 	if err := r.promoteWhenFree(ctx, candidate, ic); err != nil {
 		return f, err
 	}

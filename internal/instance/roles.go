@@ -114,34 +114,13 @@ func (m *Manager) promote(ctx context.Context) (PromoteResult, error) {
 	if err := m.waitRunning(ctx); err != nil {
 		return PromoteResult{}, fmt.Errorf("cannot promote: %w", err)
 	}
-	// The session for pg_promote opens while the Lease is taken: both are
-	// round trips on the write gap's path, and opening a session changes
-	// nothing.
-	conns := make(chan connected, 1)
-	go func() {
-		conn, err := m.connect(ctx)
-		conns <- connected{conn, err}
-	}()
-	// A new primary takes writes only while it holds the Lease: the
-	// operator promotes once the former primary's Lease expired or was
-	// released, so taking it here succeeds, or the promotion is refused.
-	if m.lease != nil {
-		if err := m.lease.hold(ctx); err != nil {
-			if c := <-conns; c.err == nil {
-				_ = c.conn.Close(context.Background())
-			}
-			return PromoteResult{}, fmt.Errorf("cannot promote: %w", err)
-		}
+	conn, leaseHeld, err := m.connectHoldingLease(ctx)
+	if err != nil {
+		return PromoteResult{}, err
 	}
-	leaseHeld := time.Since(begin)
-	c := <-conns
-	if c.err != nil {
-		return PromoteResult{}, c.err
-	}
-	conn := c.conn
 	defer func() { _ = conn.Close(context.Background()) }()
 	start := time.Now()
-	m.log.Info("Promoting", "leaseHeldAfter", leaseHeld.String(), "connectedAfter", start.Sub(begin).String())
+	m.log.Info("Promoting", "leaseTook", leaseHeld.String(), "sessionReadyAfter", start.Sub(begin).String())
 	var promoted bool
 	if err := conn.QueryRow(ctx, "SELECT pg_promote(wait => true, wait_seconds => 60)").Scan(&promoted); err != nil || !promoted {
 		return PromoteResult{}, fmt.Errorf("pg_promote did not finish (promoted=%v): %w", promoted, err)
@@ -177,6 +156,33 @@ func (m *Manager) promote(ctx context.Context) (PromoteResult, error) {
 	res.Timeline = status.Timeline
 	m.log.Info("Promoted to primary", "timeline", res.Timeline, "duration", res.Duration.String())
 	return res, nil
+}
+
+// connectHoldingLease takes the primary Lease and opens the session for
+// pg_promote. The session opens while the Lease is taken: both are round
+// trips on the write gap's path, and opening a session changes nothing. A
+// new primary takes writes only while it holds the Lease: the operator
+// promotes once the former primary's Lease expired or was released, so
+// taking it here succeeds, or the promotion is refused. It also returns
+// how long the Lease took.
+func (m *Manager) connectHoldingLease(ctx context.Context) (*pgx.Conn, time.Duration, error) {
+	begin := time.Now()
+	conns := make(chan connected, 1)
+	go func() {
+		conn, err := m.connect(ctx)
+		conns <- connected{conn, err}
+	}()
+	if m.lease != nil {
+		if err := m.lease.hold(ctx); err != nil {
+			if c := <-conns; c.err == nil {
+				_ = c.conn.Close(context.Background())
+			}
+			return nil, 0, fmt.Errorf("cannot promote: %w", err)
+		}
+	}
+	leaseHeld := time.Since(begin)
+	c := <-conns
+	return c.conn, leaseHeld, c.err
 }
 
 // connected is a session opened in the background, or why it could not be.
