@@ -21,15 +21,7 @@ import (
 // status.diverged, which the operator acts on at once, and a demote
 // (pg_rewind) makes it follow again.
 func TestReplicaReportsDivergence(t *testing.T) {
-	primary := startNode(t, "pg-1", nodeOptions{role: instanceapi.RolePrimary})
-	primary.waitReady(instanceapi.RolePrimary)
-	primary.exec("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)")
-	ahead := startNode(t, "pg-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port})
-	behind := startNode(t, "pg-3", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port})
-	for _, r := range []*node{ahead, behind} {
-		r.waitReady(instanceapi.RoleReplica)
-		r.waitIDs(1)
-	}
+	primary, ahead, behind := startPrimaryAndTwoReplicas(t)
 	if st := ahead.waitReady(instanceapi.RoleReplica); st.Diverged != "" {
 		t.Fatalf("a replica streaming from its primary reports a divergence: %q", st.Diverged)
 	}
@@ -38,19 +30,8 @@ func TestReplicaReportsDivergence(t *testing.T) {
 	primary.exec("INSERT INTO t VALUES (2)")
 	ahead.waitIDs(1, 2)
 	primary.stop()
-	behind.rerun()
-	behind.waitReady(instanceapi.RoleReplica)
-	behind.command(http.MethodPost, instanceapi.PathPromote, nil, nil)
-	behind.waitReady(instanceapi.RolePrimary)
-
-	up := instanceapi.FollowRequest{Upstream: instanceapi.Upstream{Host: "127.0.0.1", Port: behind.port}}
-	ahead.command(http.MethodPost, instanceapi.PathFollow, up, nil)
-	st := ahead.waitFor("a reported divergence", func(st instanceapi.Status) error {
-		if st.Diverged == "" {
-			return errors.New("no divergence reported")
-		}
-		return nil
-	})
+	up := promoteInstead(behind, ahead)
+	st := ahead.waitDiverged()
 	if !strings.Contains(st.Diverged, "forked off current database system timeline 1") {
 		t.Errorf("diverged = %q, want PostgreSQL's message about timeline 2 forking off timeline 1", st.Diverged)
 	}
@@ -73,15 +54,7 @@ func TestReplicaReportsDivergence(t *testing.T) {
 // aside, instead of crash-looping until the operator replaces the whole
 // instance.
 func TestReplicaPastTheForkIsCopiedAfresh(t *testing.T) {
-	primary := startNode(t, "pg-1", nodeOptions{role: instanceapi.RolePrimary})
-	primary.waitReady(instanceapi.RolePrimary)
-	primary.exec("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)")
-	ahead := startNode(t, "pg-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port})
-	behind := startNode(t, "pg-3", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port})
-	for _, r := range []*node{ahead, behind} {
-		r.waitReady(instanceapi.RoleReplica)
-		r.waitIDs(1)
-	}
+	primary, ahead, behind := startPrimaryAndTwoReplicas(t)
 
 	behind.stop()
 	primary.exec("INSERT INTO t VALUES (2)")
@@ -89,19 +62,8 @@ func TestReplicaPastTheForkIsCopiedAfresh(t *testing.T) {
 	ahead.waitReplayed(primary.lsn())
 	ahead.exec("CHECKPOINT") // a restartpoint, past where behind stopped
 	primary.stop()
-	behind.rerun()
-	behind.waitReady(instanceapi.RoleReplica)
-	behind.command(http.MethodPost, instanceapi.PathPromote, nil, nil)
-	behind.waitReady(instanceapi.RolePrimary)
-
-	up := instanceapi.FollowRequest{Upstream: instanceapi.Upstream{Host: "127.0.0.1", Port: behind.port}}
-	ahead.command(http.MethodPost, instanceapi.PathFollow, up, nil)
-	ahead.waitFor("a reported divergence", func(st instanceapi.Status) error {
-		if st.Diverged == "" {
-			return errors.New("no divergence reported")
-		}
-		return nil
-	})
+	promoteInstead(behind, ahead)
+	ahead.waitDiverged()
 	// The restart replays from the restartpoint, on the new timeline's
 	// history that the WAL receiver fetched: PostgreSQL refuses it.
 	if err := syscall.Kill(ahead.postmasterPid(), syscall.SIGKILL); err != nil {
@@ -121,4 +83,45 @@ func TestReplicaPastTheForkIsCopiedAfresh(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(ahead.dir, "pgdata.discarded", "PG_VERSION")); err != nil {
 		t.Errorf("the refused data directory was not kept aside: %v", err)
 	}
+}
+
+// startPrimaryAndTwoReplicas starts pg-1 as the primary with row 1 in
+// table t, and pg-2 and pg-3 streaming it.
+func startPrimaryAndTwoReplicas(t *testing.T) (primary, ahead, behind *node) {
+	t.Helper()
+	primary = startNode(t, "pg-1", nodeOptions{role: instanceapi.RolePrimary})
+	primary.waitReady(instanceapi.RolePrimary)
+	primary.exec("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)")
+	ahead = startNode(t, "pg-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port})
+	behind = startNode(t, "pg-3", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port})
+	for _, r := range []*node{ahead, behind} {
+		r.waitReady(instanceapi.RoleReplica)
+		r.waitIDs(1)
+	}
+	return primary, ahead, behind
+}
+
+// promoteInstead starts the stopped replica behind again and promotes it
+// (the old primary is down), and points follower at it; it returns the
+// new upstream.
+func promoteInstead(behind, follower *node) instanceapi.FollowRequest {
+	behind.t.Helper()
+	behind.rerun()
+	behind.waitReady(instanceapi.RoleReplica)
+	behind.command(http.MethodPost, instanceapi.PathPromote, nil, nil)
+	behind.waitReady(instanceapi.RolePrimary)
+	up := instanceapi.FollowRequest{Upstream: instanceapi.Upstream{Host: "127.0.0.1", Port: behind.port}}
+	follower.command(http.MethodPost, instanceapi.PathFollow, up, nil)
+	return up
+}
+
+// waitDiverged waits until n reports that it diverged.
+func (n *node) waitDiverged() instanceapi.Status {
+	n.t.Helper()
+	return n.waitFor("a reported divergence", func(st instanceapi.Status) error {
+		if st.Diverged == "" {
+			return errors.New("no divergence reported")
+		}
+		return nil
+	})
 }
