@@ -219,11 +219,24 @@ func mustCheck(t *testing.T, pg *pgServer, table, ledger string, opts CheckOptio
 	return rep
 }
 
+// TestMain removes the tusk binary the tests built (123 MB each run).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// binDir holds the tusk binary once buildTusk made it.
+var binDir string
+
 var buildTusk = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "tusk-workload-bin-")
 	if err != nil {
 		return "", err
 	}
+	binDir = dir
 	bin := filepath.Join(dir, "tusk")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/tusk")
 	build.Dir = testenv.RepoRoot()
