@@ -60,7 +60,7 @@ func TestBackupAndPointInTimeRecovery(t *testing.T) {
 		assertRows(t, ns, restored.Name, 200)
 	})
 
-	t.Run("scheduled backups", func(t *testing.T) { testScheduledBackup(t, ns, source) })
+	t.Run("scheduled backups and retention", func(t *testing.T) { testScheduledBackup(t, s3, ns, source, backup.Name) })
 
 	t.Run("clone of the running cluster", func(t *testing.T) {
 		clone := newCluster(ns, "orders-clone", 1)
@@ -94,11 +94,18 @@ func TestBackupAndPointInTimeRecovery(t *testing.T) {
 }
 
 // testScheduledBackup turns on a schedule of every minute with a
-// retention, waits for the schedule's backup to complete and for retention
-// to report the first recoverability point, then turns the schedule off.
-// (Retention deletes backups days old at the earliest; what it deletes is
-// tested against a real S3 server in internal/controller.)
-func testScheduledBackup(t *testing.T, ns, cluster string) {
+// retention of 7 days, waits for the schedule's backup to complete and for
+// retention to report the first recoverability point, has retention prune
+// the older backup earlier (testRetentionPrunes), then turns the schedule
+// off.
+func testScheduledBackup(t *testing.T, s3 *s3Server, ns, cluster, earlier string) {
+	// A backup from a replica begins at the replica's last restartpoint,
+	// which follows the primary's checkpoints: without one since the
+	// earlier backup, both would begin in the same segment, and there
+	// would be no WAL for retention to prune.
+	primary := mustGetCluster(t, ns, cluster).Status.CurrentPrimary
+	instanceSQL(t, ns, cluster, primary, "CHECKPOINT")
+	waitArchived(t, ns, cluster, instanceSQL(t, ns, cluster, primary, "SELECT pg_walfile_name(pg_switch_wal())"))
 	patchClusterSpec(t, ns, cluster, map[string]any{"backup": map[string]any{"schedule": "* * * * *", "retention": "7d"}})
 	defer patchClusterSpec(t, ns, cluster, map[string]any{"backup": map[string]any{"schedule": nil}})
 	var name string
@@ -125,6 +132,7 @@ func testScheduledBackup(t *testing.T, ns, cluster string) {
 		frp := pgc.Status.Backup.FirstRecoverabilityPoint
 		return frp != nil && pgc.Status.Backup.NextScheduleTime != nil, nil
 	})
+	testRetentionPrunes(t, s3, ns, cluster, earlier, name)
 }
 
 // timeAfterLastCommit returns a whole second (recovery targets are RFC 3339
