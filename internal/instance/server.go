@@ -133,6 +133,10 @@ func (m *Manager) routes() http.Handler {
 	mux.HandleFunc("POST "+instanceapi.PathBackups, m.serveStartBackup)
 	mux.HandleFunc("GET "+instanceapi.PathBackups+"/{name}", m.serveBackupStatus)
 	mux.HandleFunc("POST "+instanceapi.PathWALSwitch, m.serveWALSwitch)
+	mux.HandleFunc("POST "+instanceapi.PathCheckpoint, func(w http.ResponseWriter, r *http.Request) {
+		res, err := m.Checkpoint(r.Context())
+		reply(w, res, err)
+	})
 	mux.HandleFunc("PUT "+instanceapi.PathConfig, func(w http.ResponseWriter, r *http.Request) {
 		var cfg instanceapi.Config
 		if err := json.NewDecoder(r.Body).Decode(&cfg); err != nil {

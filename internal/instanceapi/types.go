@@ -35,6 +35,12 @@ const (
 	// archive_timeout: a standby's backup waits for its last segment. See
 	// WALSwitchResult.
 	PathWALSwitch = "/v1/wal/switch"
+	// PathCheckpoint makes a primary run CHECKPOINT (POST, no body): the
+	// operator asks before a switchover, while the primary still takes
+	// writes, so that the shutdown checkpoint of the step-down, during
+	// which nothing can be written, has little left to write. See
+	// CheckpointResult.
+	PathCheckpoint = "/v1/checkpoint"
 )
 
 // DefaultStatusPort is where the instance manager serves HTTP in a pod.
@@ -371,4 +377,10 @@ type BackupRecord struct {
 	PostgreSQLVersion string `json:"postgresqlVersion"`
 	// SystemIdentifier is the database system identifier.
 	SystemIdentifier string `json:"systemIdentifier"`
+}
+
+// CheckpointResult answers POST /v1/checkpoint.
+type CheckpointResult struct {
+	// Took is how long the CHECKPOINT ran, in milliseconds.
+	TookMilliseconds int64 `json:"tookMilliseconds"`
 }

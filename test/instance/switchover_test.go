@@ -3,10 +3,13 @@
 package instance
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"tusk.dev/tusk/internal/instance"
 	"tusk.dev/tusk/internal/instanceapi"
@@ -24,6 +27,7 @@ func TestSwitchover(t *testing.T) {
 	replica := startNode(t, "sw-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port})
 	replica.waitReady(instanceapi.RoleReplica)
 	primary.exec("INSERT INTO t SELECT generate_series(1, 3)")
+	checkpointFirst(t, primary)
 
 	var down instanceapi.StepDownResult
 	primary.command(http.MethodPost, instanceapi.PathStepDown, instanceapi.FollowRequest{Upstream: instanceapi.Upstream{Host: "127.0.0.1", Port: replica.port}}, &down)
@@ -50,7 +54,10 @@ func TestSwitchover(t *testing.T) {
 		t.Error("a clean switchover ran pg_rewind")
 	}
 
-	// Stepping down a replica is refused and changes nothing.
+	// Stepping down or checkpointing a replica is refused and changes nothing.
+	if code, _ := primary.call(t.Context(), http.MethodPost, instanceapi.PathCheckpoint, nil, nil); code != http.StatusConflict {
+		t.Errorf("checkpoint of a replica answered %d, want %d", code, http.StatusConflict)
+	}
 	code, _ := primary.call(t.Context(), http.MethodPost, instanceapi.PathStepDown, instanceapi.FollowRequest{Upstream: instanceapi.Upstream{Host: "127.0.0.1", Port: replica.port}}, nil)
 	if code != http.StatusConflict {
 		t.Errorf("step-down of a replica answered %d, want %d", code, http.StatusConflict)
@@ -67,4 +74,28 @@ func receivedAtLeast(st instanceapi.Status, want postgres.LSN) error {
 		return fmt.Errorf("received %s, want at least %s", got, want)
 	}
 	return nil
+}
+
+// checkpointFirst asks the primary for the CHECKPOINT a switchover starts
+// with and checks that postgres made one: the redo point of its last
+// checkpoint is at or past where WAL was written before the call.
+func checkpointFirst(t *testing.T, primary *node) {
+	t.Helper()
+	before, err := postgres.ParseLSN(primary.lsn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res instanceapi.CheckpointResult
+	primary.command(http.MethodPost, instanceapi.PathCheckpoint, nil, &res)
+	var redo string
+	primary.withConn("postgres", superuserPassword, "app", func(conn *pgx.Conn) error {
+		return conn.QueryRow(context.Background(), "SELECT redo_lsn::text FROM pg_control_checkpoint()").Scan(&redo)
+	})
+	after, err := postgres.ParseLSN(redo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after < before {
+		t.Errorf("after POST %s (%+v) the last checkpoint's redo point is %s, before %s where WAL was written when it was asked", instanceapi.PathCheckpoint, res, after, before)
+	}
 }
