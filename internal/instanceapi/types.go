@@ -381,6 +381,6 @@ type BackupRecord struct {
 
 // CheckpointResult answers POST /v1/checkpoint.
 type CheckpointResult struct {
-	// Took is how long the CHECKPOINT ran, in milliseconds.
+	// TookMilliseconds is how long the CHECKPOINT ran.
 	TookMilliseconds int64 `json:"tookMilliseconds"`
 }
