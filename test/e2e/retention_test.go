@@ -18,11 +18,8 @@ import (
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 	"tusk.dev/tusk/internal/basebackup"
+	"tusk.dev/tusk/internal/postgres"
 )
-
-// walSegmentNameLen is the length of a WAL segment's name, such as
-// 000000010000000000000003.
-const walSegmentNameLen = 24
 
 // testRetentionPrunes runs while cluster takes a backup every minute with
 // a retention of 7 days, and its location holds the completed backups
@@ -82,9 +79,13 @@ func ageBackup(t *testing.T, s3 *s3Server, ns, prefix, name string, end time.Tim
 		t.Fatalf("ageing the status of PostgresBackup %s: %v", name, err)
 	}
 
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, stop := s3.forwardedClient(ctx, t)
+	defer stop()
 	key := prefix + basebackup.RecordKey(name)
 	var rec map[string]any
-	if err := json.Unmarshal(getObject(t, s3, key), &rec); err != nil {
+	if err := json.Unmarshal(readObject(ctx, t, c, s3.Bucket, key), &rec); err != nil {
 		t.Fatalf("reading %s: %v", key, err)
 	}
 	rec["startTime"], rec["endTime"] = end.Add(-time.Minute).Format(time.RFC3339Nano), end.Format(time.RFC3339Nano)
@@ -92,10 +93,6 @@ func ageBackup(t *testing.T, s3 *s3Server, ns, prefix, name string, end time.Tim
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, stop := s3.forwardedClient(ctx, t)
-	defer stop()
 	if _, err := c.PutObject(ctx, s3.Bucket, key, bytes.NewReader(body), int64(len(body)), minio.PutObjectOptions{ContentType: "application/json"}); err != nil {
 		t.Fatalf("ageing %s: %v", key, err)
 	}
@@ -105,21 +102,21 @@ func ageBackup(t *testing.T, s3 *s3Server, ns, prefix, name string, end time.Tim
 // readBackupRecord reads backup name's record from the store.
 func readBackupRecord(t *testing.T, s3 *s3Server, prefix, name string) basebackup.Record {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, stop := s3.forwardedClient(ctx, t)
+	defer stop()
 	var rec basebackup.Record
-	if err := json.Unmarshal(getObject(t, s3, prefix+basebackup.RecordKey(name)), &rec); err != nil {
+	if err := json.Unmarshal(readObject(ctx, t, c, s3.Bucket, prefix+basebackup.RecordKey(name)), &rec); err != nil {
 		t.Fatalf("reading the record of backup %s: %v", name, err)
 	}
 	return rec
 }
 
-// getObject reads the object key from the bucket.
-func getObject(t *testing.T, s3 *s3Server, key string) []byte {
+// readObject reads the object key from bucket.
+func readObject(ctx context.Context, t *testing.T, c *minio.Client, bucket, key string) []byte {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, stop := s3.forwardedClient(ctx, t)
-	defer stop()
-	o, err := c.GetObject(ctx, s3.Bucket, key, minio.GetObjectOptions{})
+	o, err := c.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
 	if err != nil {
 		t.Fatalf("reading %s: %v", key, err)
 	}
@@ -132,13 +129,15 @@ func getObject(t *testing.T, s3 *s3Server, key string) []byte {
 }
 
 // walKeysBefore are the keys of archived WAL segments, partial segments
-// and backup history files (not timeline history files) whose segment
-// sorts before first. On one timeline, name order is WAL order.
+// and backup history files (not timeline history files) whose segment,
+// the start of the name, sorts before the segment first. On one
+// timeline, name order is WAL order.
 func walKeysBefore(keys []string, first string) []string {
 	var before []string
+	n := len(first)
 	for _, k := range keys {
 		base := path.Base(k)
-		if len(base) > walSegmentNameLen && base[:walSegmentNameLen] < first && base[walSegmentNameLen] == '.' {
+		if len(base) > n && base[n] == '.' && postgres.IsWALFileName(base[:n]) && base[:n] < first {
 			before = append(before, k)
 		}
 	}
