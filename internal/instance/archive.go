@@ -80,7 +80,11 @@ func (m *Manager) configureArchiving(conf *pgconf.ServerConfig) error {
 	if err := writeFileAtomic(m.walArchiveConfigPath(), data); err != nil {
 		return err
 	}
-	conf.ArchiveCommand = shellQuote(wa.Binary) + " instance wal-archive --config " + shellQuote(m.walArchiveConfigPath()) + " %p"
+	// The manager archives ahead (walWatcher); archive_command waits for
+	// its record, and archives the file itself only when the manager could
+	// not, one file at a time: archiving ahead is the manager's job.
+	archive := shellQuote(wa.Binary) + " instance wal-archive --config " + shellQuote(m.walArchiveConfigPath()) + " --parallel 1 %p"
+	conf.ArchiveCommand = walarchive.WaitingArchiveCommand(archive, walarchive.DefaultWaitForWatcher)
 	timeout := wa.Timeout
 	if timeout == 0 {
 		timeout = DefaultArchiveTimeout

@@ -170,6 +170,7 @@ type Manager struct {
 
 	backups     backups     // the base backups taken since the manager started
 	walSwitches walSwitches // the last WAL switch asked for, for throttling
+	walWatcher  *walWatcher // archives WAL ahead; nil when not archiving
 
 	mu       sync.Mutex // guards what the HTTP handlers read
 	state    state
@@ -255,6 +256,7 @@ func New(opts Options, log logr.Logger) (*Manager, error) {
 	if opts.Lease.enabled() {
 		m.lease = newLeaseKeeper(opts.Lease, opts.Name, log.WithName("lease"))
 	}
+	m.walWatcher = m.newWALWatcher()
 	m.metrics = newMetrics(m)
 	return m, nil
 }
@@ -300,6 +302,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	stopReaper := make(chan struct{})
 	defer close(stopReaper)
 	go m.reaper.Run(stopReaper)
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	defer stopWatching()
+	go m.runWALWatcher(watchCtx)
 
 	// The HTTP API needs the server certificate before it can serve.
 	if _, err := m.syncCertificates(); err != nil {

@@ -50,12 +50,14 @@ var (
 	descArchiveFail = desc("pg_wal_archive_failed_total", "Failed attempts to archive WAL files.")
 	descArchiveAge  = desc("pg_wal_last_archived_age_seconds", "Time since the last WAL file was archived.")
 	descArchiving   = desc("pg_wal_archive_failing", "On a primary that archives WAL: 1 while the last attempt failed (a failure newer than the last success), else 0.")
+	descAhead       = desc("instance_wal_archived_ahead_total", "WAL segments the instance manager archived before PostgreSQL's archive_command asked for them.")
+	descAheadFailed = desc("instance_wal_archive_ahead_failed_total", "Failed attempts of the instance manager to archive a WAL segment ahead (archive_command then archives it itself).")
 )
 
 // Describe implements prometheus.Collector.
 func (mt *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUp, descRestarts, descRole, descTimeline, descLagBytes, descLagSeconds,
-		descReplicaLag, descConnections, descXIDAge, descDBSize, descWALBytes, descArchived, descArchiveFail, descArchiveAge, descArchiving} {
+		descReplicaLag, descConnections, descXIDAge, descDBSize, descWALBytes, descArchived, descArchiveFail, descArchiveAge, descArchiving, descAhead, descAheadFailed} {
 		ch <- d
 	}
 }
@@ -64,6 +66,10 @@ func (mt *metrics) Describe(ch chan<- *prometheus.Desc) {
 func (mt *metrics) Collect(ch chan<- prometheus.Metric) {
 	st := mt.m.snapshot()
 	ch <- prometheus.MustNewConstMetric(descRestarts, prometheus.CounterValue, float64(st.restarts))
+	if w := mt.m.walWatcher; w != nil {
+		ch <- prometheus.MustNewConstMetric(descAhead, prometheus.CounterValue, float64(w.archived.Load()))
+		ch <- prometheus.MustNewConstMetric(descAheadFailed, prometheus.CounterValue, float64(w.failed.Load()))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	up := 0.0

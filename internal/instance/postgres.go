@@ -27,6 +27,7 @@ func (m *Manager) startPostgres(ctx context.Context) error {
 	if err := m.writeConfig(st); err != nil {
 		return err
 	}
+	m.resetWALWatcher()
 	pm, err := supervisor.StartPostmaster(m.opts.BinDir, m.opts.DataDir, nil, m.reaper, m.log)
 	if err != nil {
 		return err

@@ -235,6 +235,7 @@ func (m *Manager) replayArchive(ctx context.Context, dir string) error {
 		return fmt.Errorf("while clearing the WAL spool: %w", err)
 	}
 	defer func() { _ = walarchive.ClearSpool(spool) }()
+	m.resetWALWatcher()
 	pm, err := supervisor.StartPostmaster(m.opts.BinDir, dir, args, m.reaper, m.log)
 	if err != nil {
 		return err

@@ -71,19 +71,28 @@ func (a Archiver) ArchiveAhead(ctx context.Context, walPath string, parallel int
 // archiveAndRecord archives the segment name in walDir, checks what the
 // store holds for it, and records it in the spool.
 func (a Archiver) archiveAndRecord(ctx context.Context, walDir, name string) (Result, error) {
-	res, err := a.Archive(ctx, filepath.Join(walDir, name))
+	res, rec, err := a.archiveVerified(ctx, walDir, name)
 	if err != nil {
 		return res, err
 	}
+	return res, a.writeRecord(walDir, name, rec)
+}
+
+// archiveVerified archives the segment name in walDir and checks that the
+// store holds what was summed: the record to write for it.
+func (a Archiver) archiveVerified(ctx context.Context, walDir, name string) (Result, archivedRecord, error) {
+	res, err := a.Archive(ctx, filepath.Join(walDir, name))
+	if err != nil {
+		return res, archivedRecord{}, err
+	}
 	info, err := a.Store.Stat(ctx, res.Key)
 	if err != nil {
-		return res, fmt.Errorf("while checking the archived %s: %w", name, err)
+		return res, archivedRecord{}, fmt.Errorf("while checking the archived %s: %w", name, err)
 	}
 	if same, err := alreadyArchived(res.Sum, info.Metadata); err != nil || !same {
-		return res, fmt.Errorf("the archive does not hold what was uploaded for %s: %w", name, err)
+		return res, archivedRecord{}, fmt.Errorf("the archive does not hold what was uploaded for %s: %w", name, err)
 	}
-	rec := archivedRecord{Object: a.Store.Location() + res.Key, SHA256: res.Sum.SHA256, Size: res.Sum.Size}
-	return res, a.writeRecord(walDir, name, rec)
+	return res, archivedRecord{Object: a.Store.Location() + res.Key, SHA256: res.Sum.SHA256, Size: res.Sum.Size}, nil
 }
 
 // takeRecord answers a call from the spool: true when name was archived

@@ -33,6 +33,8 @@ const SpoolDirName = "tusk-spool"
 // Subdirectories of the spool.
 const (
 	archivedDir = "archived" // records of segments archived ahead
+	failedDir   = "failed"   // markers of segments a Watcher failed to archive
+	watchedMark = "watched"  // a file: a Watcher runs on this pg_wal
 	prefetchDir = "prefetch" // segments restored ahead, as <name>.<sha256>
 )
 

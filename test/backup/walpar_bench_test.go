@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"tusk.dev/tusk/internal/testenv"
+	"tusk.dev/tusk/internal/walarchive"
 )
 
 // These benchmarks take minutes each: they measure once per sub-benchmark
@@ -69,12 +70,62 @@ func envInt(name string, def int) int {
 func BenchmarkArchivingUnderPgbench(b *testing.B) {
 	seconds := envInt("TUSK_BENCH_PGBENCH_SECONDS", 60)
 	for _, load := range []string{"tpcb", "bulk"} {
-		for _, parallel := range []int{1, 4} {
-			b.Run(fmt.Sprintf("%s/parallel=%d", load, parallel), func(b *testing.B) {
+		// parallel 0: the instance manager's way, a Watcher archiving
+		// ahead in a long-lived process and archive_command waiting for it.
+		for _, parallel := range []int{1, 4, 0} {
+			name := fmt.Sprintf("%s/parallel=%d", load, parallel)
+			if parallel == 0 {
+				name = load + "/watcher"
+			}
+			b.Run(name, func(b *testing.B) {
 				measureOnce(b, func() map[string]float64 { return archiveUnderPgbench(b, load, parallel, seconds) })
 			})
 		}
 	}
+}
+
+// archiveCommandFor is the archive_command of a parallel setting; 0 sets
+// up what the instance manager does: the spool, and the waiting command
+// (watchWAL runs the Watcher).
+func archiveCommandFor(b *testing.B, data, cfg string, parallel int) string {
+	command := fmt.Sprintf("%s instance wal-archive --config %s --parallel %d %%p", tuskBinary, cfg, max(parallel, 1))
+	if parallel > 0 {
+		return command
+	}
+	// The Watcher runs here, as root: the directories it writes into must
+	// be the postgres user's, for the command to look into them.
+	for _, sub := range []string{"", "archived", "failed"} {
+		path := filepath.Join(data, "pg_wal", walarchive.SpoolDirName, sub)
+		if err := os.MkdirAll(path, 0o700); err != nil {
+			b.Fatal(err)
+		}
+		chown(b, path)
+	}
+	return walarchive.WaitingArchiveCommand(command, walarchive.DefaultWaitForWatcher)
+}
+
+// watchWAL runs a Watcher on data's pg_wal until the benchmark ends.
+func watchWAL(b *testing.B, data, cfgPath string) {
+	cfg, err := walarchive.LoadConfig(cfgPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := &walarchive.Watcher{WALDir: filepath.Join(data, "pg_wal"),
+		NewArchiver: func() (walarchive.Archiver, error) { return walarchive.NewArchiver(cfg) }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
+}
+
+// selfCPU is this process's CPU time (user and system): the Watcher's,
+// when one runs here.
+func selfCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // bulkScript is the "bulk" load's pgbench script.
@@ -97,9 +148,12 @@ func archiveUnderPgbench(b *testing.B, load string, parallel, seconds int) map[s
 	pgTool(b, "initdb", "-D", data, "-U", "postgres", "--auth=trust", "-N")
 	srv := startPostgres(b, "primary", dir, data, map[string]string{
 		"archive_mode":    "on",
-		"archive_command": fmt.Sprintf("%s instance wal-archive --config %s --parallel %d %%p", tuskBinary, cfg, parallel),
+		"archive_command": archiveCommandFor(b, data, cfg, parallel),
 		"max_wal_size":    "256MB",
 	})
+	if parallel == 0 {
+		watchWAL(b, data, cfg)
+	}
 	conn := srv.connect()
 	pgTool(b, "pgbench", "-i", "-s", "10", "-q", "-h", dir, "-p", fmt.Sprint(srv.port), "-U", "postgres", "postgres")
 	walDir := filepath.Join(data, "pg_wal")
@@ -110,7 +164,7 @@ func archiveUnderPgbench(b *testing.B, load string, parallel, seconds int) map[s
 	startLSN := query1[string](b, conn, "SELECT pg_current_wal_lsn()::text")
 	startArchived := query1[int64](b, conn, "SELECT archived_count FROM pg_stat_archiver")
 	archiver := query1[int32](b, conn, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'archiver'")
-	startCPU := childrenCPU(b, archiver)
+	startCPU := childrenCPU(b, archiver) + selfCPU(b)
 
 	done := make(chan pgbenchResult, 1)
 	go func() { done <- runPgbench(dir, srv.port, seconds, args...) }()
@@ -145,7 +199,7 @@ func archiveUnderPgbench(b *testing.B, load string, parallel, seconds int) map[s
 	// Every archive_command run of the pgbench period and the drain after
 	// it has ended and been waited for: their CPU is in the archiver's.
 	drained := query1[int64](b, conn, "SELECT archived_count FROM pg_stat_archiver") - startArchived
-	cpuPerSegment := float64((childrenCPU(b, archiver) - startCPU).Milliseconds()) / float64(max(drained, 1))
+	cpuPerSegment := float64((childrenCPU(b, archiver) + selfCPU(b) - startCPU).Milliseconds()) / float64(max(drained, 1))
 	b.Logf("%s, parallel=%d: pgbench %.0f tps for %.0f s; elapsed, pg_wal size, .ready files: %s", load, parallel, res.tps, ran, strings.Join(series, ", "))
 	return map[string]float64{
 		"tps":               res.tps,

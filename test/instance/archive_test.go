@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -54,6 +55,11 @@ func TestWALArchiving(t *testing.T) {
 	if m := primary.metrics(); !strings.Contains(m, "tusk_pg_wal_archive_failing 0") {
 		t.Errorf("/metrics while archiving works has no tusk_pg_wal_archive_failing 0:\n%s", grepLines(m, "archive"))
 	}
+	// The manager archived it ahead; archive_command only waited for that.
+	if m := primary.metrics(); metricValue(m, "tusk_instance_wal_archived_ahead_total") < 1 ||
+		metricValue(m, "tusk_instance_wal_archive_ahead_failed_total") != 0 {
+		t.Errorf("/metrics: want segments archived ahead by the manager and no failure:\n%s", grepLines(m, "archive"))
+	}
 
 	t.Run("replica", func(t *testing.T) {
 		replica := startNode(t, "pg-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port, extraArgs: archiveArgs})
@@ -89,8 +95,9 @@ func TestWALArchiving(t *testing.T) {
 	if err := archivedObject(s3, second); err == nil {
 		t.Errorf("%s was archived with wrong credentials", second)
 	}
-	if m := primary.metrics(); !strings.Contains(m, "tusk_pg_wal_archive_failing 1") {
-		t.Errorf("/metrics while archiving fails has no tusk_pg_wal_archive_failing 1:\n%s", grepLines(m, "archive"))
+	if m := primary.metrics(); !strings.Contains(m, "tusk_pg_wal_archive_failing 1") ||
+		metricValue(m, "tusk_instance_wal_archive_ahead_failed_total") < 1 {
+		t.Errorf("/metrics while archiving fails: want tusk_pg_wal_archive_failing 1 and failures archiving ahead:\n%s", grepLines(m, "archive"))
 	}
 
 	// Fixed: the kept segment is archived, and archiving is healthy again.
@@ -149,6 +156,19 @@ func archivedObject(s3 *testenv.S3, segment string) error {
 		return errors.New(key + " is empty")
 	}
 	return nil
+}
+
+// metricValue is the value of the metric without labels called name in
+// the exposition text m, or -1 when m has none.
+func metricValue(m, name string) float64 {
+	for line := range strings.Lines(m) {
+		if value, ok := strings.CutPrefix(line, name+" "); ok {
+			if v, err := strconv.ParseFloat(strings.TrimSpace(value), 64); err == nil {
+				return v
+			}
+		}
+	}
+	return -1
 }
 
 func grepLines(text, substr string) string {

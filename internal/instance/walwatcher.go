@@ -1,0 +1,72 @@
+package instance
+
+import (
+	"context"
+	"path/filepath"
+	"sync/atomic"
+
+	"tusk.dev/tusk/internal/walarchive"
+)
+
+// walWatcher archives ready WAL segments from the manager's process, so
+// that PostgreSQL's archive_command only waits for its record (see
+// walarchive.Watcher). Its counters feed the metrics.
+type walWatcher struct {
+	*walarchive.Watcher
+	archived, failed atomic.Int64
+	lastErr          atomic.Pointer[string] // the last failure logged
+}
+
+// newWALWatcher returns nil when the manager does not archive.
+func (m *Manager) newWALWatcher() *walWatcher {
+	wa := m.opts.WALArchive
+	if wa == nil {
+		return nil
+	}
+	w := &walWatcher{}
+	w.Watcher = &walarchive.Watcher{
+		WALDir:      filepath.Join(m.opts.DataDir, "pg_wal"),
+		NewArchiver: func() (walarchive.Archiver, error) { return walarchive.NewArchiver(wa.Config) },
+		Report:      func(results []walarchive.AheadResult) { m.reportArchivedAhead(w, results) },
+	}
+	return w
+}
+
+// reportArchivedAhead counts what a batch did and logs a failure when it
+// differs from the last one logged: a store that stays unreachable is
+// retried every few seconds, and PostgreSQL's own attempts report it too.
+func (m *Manager) reportArchivedAhead(w *walWatcher, results []walarchive.AheadResult) {
+	for _, r := range results {
+		if r.Err == nil {
+			w.archived.Add(1)
+			if w.lastErr.Swap(nil) != nil {
+				m.log.Info("Archiving WAL ahead works again", "segment", r.Name)
+			}
+			continue
+		}
+		w.failed.Add(1)
+		msg := r.Err.Error()
+		if last := w.lastErr.Swap(&msg); last == nil || *last != msg {
+			m.log.Error(r.Err, "Archiving a WAL segment ahead failed; PostgreSQL's archive_command tries itself", "segment", r.Name)
+		}
+	}
+}
+
+// runWALWatcher archives WAL ahead until ctx is done.
+func (m *Manager) runWALWatcher(ctx context.Context) {
+	if m.walWatcher != nil {
+		m.walWatcher.Run(ctx)
+	}
+}
+
+// resetWALWatcher forgets every segment archived ahead before postgres
+// starts: only while postgres runs is a ready segment's content sure not
+// to change (see walarchive.Watcher).
+func (m *Manager) resetWALWatcher() {
+	if m.walWatcher == nil {
+		return
+	}
+	if err := m.walWatcher.Reset(); err != nil {
+		m.log.Error(err, "Clearing the records of WAL archived ahead")
+	}
+}
