@@ -155,6 +155,7 @@ func (m *Manager) promote(ctx context.Context) (PromoteResult, error) {
 	}
 	res.Timeline = status.Timeline
 	m.log.Info("Promoted to primary", "timeline", res.Timeline, "duration", res.Duration.String())
+	m.catchUpArchive(res.Timeline)
 	return res, nil
 }
 

@@ -28,8 +28,26 @@ func (m *Manager) newWALWatcher() *walWatcher {
 		WALDir:      filepath.Join(m.opts.DataDir, "pg_wal"),
 		NewArchiver: func() (walarchive.Archiver, error) { return walarchive.NewArchiver(wa.Config) },
 		Report:      func(results []walarchive.AheadResult) { m.reportArchivedAhead(w, results) },
+		ReportCatchUp: func(timeline uint32, res walarchive.CatchUpResult, err error) {
+			m.reportCatchUp(w, timeline, res, err)
+		},
 	}
 	return w
+}
+
+// reportCatchUp logs what the archive lacked of the timelines before a
+// promotion and now holds, and what failed: a segment missing there is a
+// hole no recovery can replay through.
+func (m *Manager) reportCatchUp(w *walWatcher, timeline uint32, res walarchive.CatchUpResult, err error) {
+	w.archived.Add(int64(len(res.Archived)))
+	if err != nil {
+		w.failed.Add(1)
+		m.log.Error(err, "Archiving the WAL of the timelines before the promotion that the archive lacked",
+			"timeline", timeline, "archived", res.Archived, "alreadyArchived", res.Present)
+		return
+	}
+	m.log.Info("Archived the WAL of the timelines before the promotion that the archive lacked",
+		"timeline", timeline, "archived", res.Archived, "alreadyArchived", res.Present, "recycledMeanwhile", res.Skipped)
 }
 
 // reportArchivedAhead counts what a batch did and logs a failure when it
@@ -49,6 +67,16 @@ func (m *Manager) reportArchivedAhead(w *walWatcher, results []walarchive.AheadR
 		if last := w.lastErr.Swap(&msg); last == nil || *last != msg {
 			m.log.Error(r.Err, "Archiving a WAL segment ahead failed; PostgreSQL's archive_command tries itself", "segment", r.Name)
 		}
+	}
+}
+
+// catchUpArchive has the Watcher archive what this new primary holds of
+// the timelines before timeline and the archive lacks: a standby marks
+// what it streamed as archived, though the old primary may not have
+// archived it yet.
+func (m *Manager) catchUpArchive(timeline uint32) {
+	if m.walWatcher != nil && timeline > 1 {
+		m.walWatcher.CatchUpBefore(timeline)
 	}
 }
 

@@ -60,11 +60,52 @@ type Watcher struct {
 	// when zero); RetryAfter how long to wait after a failure
 	// (DefaultRetryAfter when zero).
 	Interval, RetryAfter time.Duration
-	// Report, when set, is told what each batch did.
-	Report func([]AheadResult)
+	// Report, when set, is told what each batch did; ReportCatchUp what
+	// each catch-up did.
+	Report        func([]AheadResult)
+	ReportCatchUp func(timeline uint32, res CatchUpResult, err error)
 
 	mu         sync.Mutex
 	generation uint64
+	catchUp    chan catchUpRequest // see CatchUpBefore
+	initOnce   sync.Once
+}
+
+func (w *Watcher) init() {
+	w.initOnce.Do(func() { w.catchUp = make(chan catchUpRequest, 1) })
+}
+
+// catchUpRequest asks for a CatchUp before timeline; attempt counts the
+// failed ones before.
+type catchUpRequest struct {
+	timeline uint32
+	attempt  int
+}
+
+// catchUpAttempts bounds the retries of a failing catch-up.
+const catchUpAttempts = 5
+
+// CatchUpBefore asks Run to archive what pg_wal holds of the timelines
+// before timeline and the archive lacks (see CatchUp). Call it once
+// postgres runs on timeline as a primary after a promotion. It does not
+// wait; a request not yet served is replaced.
+func (w *Watcher) CatchUpBefore(timeline uint32) {
+	w.requestCatchUp(catchUpRequest{timeline: timeline})
+}
+
+func (w *Watcher) requestCatchUp(req catchUpRequest) {
+	w.init()
+	for {
+		select {
+		case w.catchUp <- req:
+			return
+		default:
+		}
+		select {
+		case <-w.catchUp: // the older request; this one covers it
+		default:
+		}
+	}
 }
 
 // Reset removes every record and failure marker, and makes what is being
@@ -80,12 +121,16 @@ func (w *Watcher) Reset() error {
 
 // Run archives ready segments until ctx is done.
 func (w *Watcher) Run(ctx context.Context) {
+	w.init()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case req := <-w.catchUp:
+			w.runCatchUp(ctx, req)
+			continue
 		case <-timer.C:
 		}
 		wait := cmp.Or(w.Interval, DefaultWatchInterval)
@@ -100,6 +145,26 @@ func (w *Watcher) Run(ctx context.Context) {
 			}
 		}
 		timer.Reset(wait)
+	}
+}
+
+// runCatchUp runs CatchUp. What it could not archive, PostgreSQL will not
+// ask for (those segments are not .ready): a failure is retried a few
+// times, later each time, then left to the report.
+func (w *Watcher) runCatchUp(ctx context.Context, req catchUpRequest) {
+	ctx, cancel := context.WithTimeout(ctx, batchTimeout)
+	defer cancel()
+	a, err := w.NewArchiver()
+	var res CatchUpResult
+	if err == nil {
+		res, err = CatchUp(ctx, a, w.WALDir, req.timeline)
+	}
+	if w.ReportCatchUp != nil {
+		w.ReportCatchUp(req.timeline, res, err)
+	}
+	if err != nil && ctx.Err() == nil && req.attempt+1 < catchUpAttempts {
+		next := catchUpRequest{timeline: req.timeline, attempt: req.attempt + 1}
+		time.AfterFunc(time.Duration(next.attempt)*cmp.Or(w.RetryAfter, DefaultRetryAfter), func() { w.requestCatchUp(next) })
 	}
 }
 

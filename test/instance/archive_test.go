@@ -6,11 +6,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/minio/minio-go/v7"
@@ -112,6 +114,54 @@ func TestWALArchiving(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// TestArchiveCatchUpAfterPromotion: a standby marks the WAL it streams as
+// archived, so what the old primary had not archived when it stopped would
+// be a hole in the archive. Here the primary archives nothing (a wrong
+// secret of its own), two segments stream to the replica, the primary
+// stops, the replica is promoted: its manager archives both.
+func TestArchiveCatchUpAfterPromotion(t *testing.T) {
+	s3 := testenv.StartS3(t, testenv.S3Options{})
+	archiveArgs := func(secret string) []string {
+		dir := workDir(t)
+		return []string{
+			"--wal-archive-endpoint", s3.Endpoint, "--wal-archive-bucket", s3.Bucket,
+			"--wal-archive-path", "prod/orders", "--wal-archive-region", "us-east-1",
+			"--wal-archive-access-key-id-file", writeSecret(t, dir, "ACCESS_KEY_ID", s3.AccessKey),
+			"--wal-archive-secret-access-key-file", writeSecret(t, dir, "SECRET_ACCESS_KEY", secret),
+			"--wal-archive-binary", tuskBinary,
+		}
+	}
+	primary := startNode(t, "pg-1", nodeOptions{role: instanceapi.RolePrimary, extraArgs: archiveArgs("not-the-secret")})
+	primary.waitReady(instanceapi.RolePrimary)
+	primary.exec("CREATE TABLE t (id int PRIMARY KEY)")
+	replica := startNode(t, "pg-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port, extraArgs: archiveArgs(s3.SecretKey)})
+	replica.waitReady(instanceapi.RoleReplica)
+	segments := []string{switchWAL(t, primary, 1), switchWAL(t, primary, 2)}
+	replica.waitReplayed(primary.lsn())
+	for _, seg := range segments {
+		if err := archivedObject(s3, seg); err == nil {
+			t.Fatalf("%s was archived by a primary with a wrong secret", seg)
+		}
+	}
+	primary.stop()
+
+	var res struct {
+		Timeline uint32 `json:"timeline"`
+	}
+	replica.command(http.MethodPost, instanceapi.PathPromote, nil, &res)
+	if res.Timeline != 2 {
+		t.Fatalf("promoted onto timeline %d, want 2", res.Timeline)
+	}
+	testenv.EventuallyEvery(t, waitTimeout, 200*time.Millisecond, func(context.Context) error {
+		var errs []error
+		for _, seg := range segments {
+			errs = append(errs, archivedObject(s3, seg))
+		}
+		return errors.Join(errs...)
+	})
+	replica.waitLog("Archived the WAL of the timelines before the promotion", segments[0], segments[1])
 }
 
 // switchWAL writes a row and switches to a new WAL segment, and returns
