@@ -25,8 +25,9 @@ type CatchUpResult struct {
 	Skipped []string
 }
 
-// CatchUp archives the plain segments in pg_wal of timelines before
-// timeline that the archive lacks. A standby marks the segments it
+// CatchUp archives the plain segments in pg_wal of timeline's ancestors,
+// up to where each ended (timeline's history file says), that the archive
+// lacks. A standby marks the segments it
 // streamed as archived, so after its promotion the WAL the old primary had
 // not archived yet (its archiver was behind, or it failed) would be
 // missing from the archive, and no recovery could replay through that
@@ -40,18 +41,10 @@ type CatchUpResult struct {
 // end can differ between primary and standby) and is left as it is.
 func CatchUp(ctx context.Context, a Archiver, walDir string, timeline uint32) (CatchUpResult, error) {
 	var res CatchUpResult
-	names, err := readDirNames(walDir)
+	names, err := ancestorSegments(walDir, timeline)
 	if err != nil {
-		return res, fmt.Errorf("while listing %s: %w", walDir, err)
+		return res, err
 	}
-	names = slices.DeleteFunc(names, func(n string) bool {
-		if postgres.ClassifyWALFileName(n) != postgres.WALFileSegment {
-			return true
-		}
-		tli, err := strconv.ParseUint(n[:8], 16, 32)
-		return err != nil || uint32(tli) >= timeline
-	})
-	slices.Sort(names)
 	var errs []error
 	for _, name := range names {
 		archived, err := a.archiveIfMissing(ctx, filepath.Join(walDir, name))
@@ -67,6 +60,56 @@ func CatchUp(ctx context.Context, a Archiver, walDir string, timeline uint32) (C
 		}
 	}
 	return res, errors.Join(errs...)
+}
+
+// ancestorSegments lists, in name order, the plain segments in walDir that
+// belong to timeline's history as its history file tells it: segments of
+// an ancestor timeline that end at or before the LSN where that timeline
+// ended. Anything else of an older timeline (a segment recycled under a
+// future name, a branch that is no ancestor) is not this timeline's WAL.
+func ancestorSegments(walDir string, timeline uint32) ([]string, error) {
+	historyPath := filepath.Join(walDir, postgres.TimelineHistoryFileName(timeline))
+	data, err := os.ReadFile(historyPath) //nolint:gosec // the history file in pg_wal
+	if err != nil {
+		return nil, fmt.Errorf("while reading timeline %d's history: %w", timeline, err)
+	}
+	ends, err := postgres.ParseTimelineHistory(string(data))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", historyPath, err)
+	}
+	names, err := readDirNames(walDir)
+	if err != nil {
+		return nil, fmt.Errorf("while listing %s: %w", walDir, err)
+	}
+	names = slices.DeleteFunc(names, func(n string) bool {
+		return !segmentEndsBy(walDir, n, ends)
+	})
+	slices.Sort(names)
+	return names, nil
+}
+
+// segmentEndsBy tells whether name is a plain segment of one of the
+// timelines in ends that ends at or before that timeline's end. The
+// segment size is the file's.
+func segmentEndsBy(walDir, name string, ends map[uint32]postgres.LSN) bool {
+	if postgres.ClassifyWALFileName(name) != postgres.WALFileSegment {
+		return false
+	}
+	tli, err := strconv.ParseUint(name[:8], 16, 32)
+	if err != nil {
+		return false
+	}
+	end, ok := ends[uint32(tli)]
+	if !ok {
+		return false
+	}
+	info, err := os.Stat(filepath.Join(walDir, name))
+	if err != nil || !info.Mode().IsRegular() || info.Size() <= 0 {
+		return false
+	}
+	size := uint64(info.Size()) //nolint:gosec // positive, checked above
+	seg, err := postgres.ParseWALFileName(name, size)
+	return err == nil && uint64(seg.StartLSN())+size <= uint64(end)
 }
 
 var (

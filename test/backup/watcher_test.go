@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -176,4 +177,67 @@ func joinNames(names []string) string {
 		out += "," + n
 	}
 	return out
+}
+
+// TestCatchUp: after a promotion onto timeline 2, the segments of timeline
+// 1 up to its end (00000002.history says where) that the archive lacks are
+// archived; those it holds are left alone, even with other content; a
+// timeline 1 segment past the end (a recycled file under a future name)
+// and segments of timeline 2 are not touched.
+func TestCatchUp(t *testing.T) {
+	s3 := testenv.StartS3(t, testenv.S3Options{})
+	dir := workDir(t)
+	cfg, err := walarchive.LoadConfig(archiveConfig(t, dir, s3, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := walarchive.NewArchiver(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	walDir := fakePGWAL(t, dir)
+	// Timeline 1 ended at 0/14000000: segments 0x10 to 0x13 are its history.
+	writeFile(t, filepath.Join(walDir, "00000002.history"), "1\t0/14000000\tno recovery target specified\n")
+	missing := []string{"000000010000000000000010", "000000010000000000000012", "000000010000000000000013"}
+	present := "000000010000000000000011"
+	beyond := []string{"000000010000000000000014", "000000010000000000000018", "000000020000000000000014"}
+	for i, n := range append(append(slices.Clone(missing), present), beyond...) {
+		fakeSegment(t, walDir, n, byte(70+i), 8)
+	}
+	// The store holds the old primary's copy of present, with other bytes.
+	other := filepath.Join(dir, "other")
+	if err := os.Mkdir(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	otherSum := sha(t, fakeSegment(t, other, present, 99, 8))
+	if _, err := a.Archive(context.Background(), filepath.Join(other, present)); err != nil {
+		t.Fatal(err)
+	}
+
+	res, err := walarchive.CatchUp(context.Background(), a, walDir, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Archived, missing) || res.Present != 1 || len(res.Skipped) != 0 {
+		t.Errorf("CatchUp: archived %v, present %d, skipped %v; want %v, 1, none", res.Archived, res.Present, res.Skipped, missing)
+	}
+	for _, n := range missing {
+		if md, data := rawObject(t, s3, walKey(n)); md["tusk-sha256"] != sha(t, filepath.Join(walDir, n)) || sha256Hex(data) != md["tusk-sha256"] {
+			t.Errorf("%s: metadata %v, content sha256 %s", n, md, sha256Hex(data))
+		}
+	}
+	if md, _ := rawObject(t, s3, walKey(present)); md["tusk-sha256"] != otherSum {
+		t.Errorf("the old primary's copy of %s was replaced: %v", present, md)
+	}
+	for _, n := range beyond {
+		if objectExists(t, s3, walKey(n)) {
+			t.Errorf("%s, not in timeline 2's history, was archived", n)
+		}
+	}
+
+	t.Run("without the history file", func(t *testing.T) {
+		if _, err := walarchive.CatchUp(context.Background(), a, walDir, 3); err == nil || !strings.Contains(err.Error(), "timeline 3's history") {
+			t.Errorf("CatchUp onto timeline 3 without 00000003.history: %v; want an error naming it", err)
+		}
+	})
 }
