@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 
+	"tusk.dev/tusk/internal/objectstore"
 	"tusk.dev/tusk/internal/walarchive"
 )
 
@@ -14,7 +15,7 @@ import (
 type walWatcher struct {
 	*walarchive.Watcher
 	archived, failed atomic.Int64
-	lastErr          atomic.Pointer[string] // the last failure logged
+	lastErr          atomic.Pointer[string] // the kind of the last failure logged
 }
 
 // newWALWatcher returns nil when the manager does not archive.
@@ -51,10 +52,14 @@ func (m *Manager) reportCatchUp(w *walWatcher, timeline uint32, res walarchive.C
 }
 
 // reportArchivedAhead counts what a batch did and logs a failure when it
-// differs from the last one logged: a store that stays unreachable is
-// retried every few seconds, and PostgreSQL's own attempts report it too.
+// is of another kind than the last one logged: a store that stays
+// unreachable is retried every few seconds, and PostgreSQL's own attempts
+// report it too.
 func (m *Manager) reportArchivedAhead(w *walWatcher, results []walarchive.AheadResult) {
 	for _, r := range results {
+		if r.Superseded {
+			continue
+		}
 		if r.Err == nil {
 			w.archived.Add(1)
 			if w.lastErr.Swap(nil) != nil {
@@ -63,8 +68,8 @@ func (m *Manager) reportArchivedAhead(w *walWatcher, results []walarchive.AheadR
 			continue
 		}
 		w.failed.Add(1)
-		msg := r.Err.Error()
-		if last := w.lastErr.Swap(&msg); last == nil || *last != msg {
+		kind := failureKind(r.Err)
+		if last := w.lastErr.Swap(&kind); last == nil || *last != kind {
 			m.log.Error(r.Err, "Archiving a WAL segment ahead failed; PostgreSQL's archive_command tries itself", "segment", r.Name)
 		}
 	}
@@ -78,6 +83,16 @@ func (m *Manager) catchUpArchive(timeline uint32) {
 	if m.walWatcher != nil && timeline > 1 {
 		m.walWatcher.CatchUpBefore(timeline)
 	}
+}
+
+// failureKind is what tells failures apart for logging: the store's kind
+// of error (each segment's message names its own object), or the message
+// for anything else.
+func failureKind(err error) string {
+	if kind := objectstore.Classify(err); kind != objectstore.KindOther {
+		return kind.String()
+	}
+	return err.Error()
 }
 
 // runWALWatcher archives WAL ahead until ctx is done.

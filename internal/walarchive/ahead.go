@@ -19,6 +19,10 @@ type AheadResult struct {
 	// Err is why it was not archived and recorded; PostgreSQL asks for it
 	// later, and that call tries again.
 	Err error
+	// Superseded (Watcher only): the outcome no longer counts, archived or
+	// not, because PostgreSQL archived the file meanwhile or postgres was
+	// restarted (Reset); nothing was recorded.
+	Superseded bool
 }
 
 // archivedRecord is the spool's record of a segment archived ahead: the

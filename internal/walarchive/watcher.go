@@ -266,7 +266,7 @@ func (w *Watcher) archiveOne(ctx context.Context, a Archiver, generation uint64,
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if generation != w.generation || !w.stillReady(name) {
-		return AheadResult{Name: name, Result: res}
+		return AheadResult{Name: name, Result: res, Superseded: true}
 	}
 	if err == nil {
 		err = a.writeRecord(w.WALDir, name, rec)

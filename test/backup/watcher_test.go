@@ -42,6 +42,7 @@ func TestWatcher(t *testing.T) {
 
 	var mu sync.Mutex
 	var failures []error
+	var superseded int
 	newArchiver := func() (walarchive.Archiver, error) { return walarchive.NewArchiver(cfg) }
 	w := &walarchive.Watcher{WALDir: walDir, Parallel: 4, Interval: 20 * time.Millisecond, RetryAfter: 50 * time.Millisecond,
 		NewArchiver: func() (walarchive.Archiver, error) {
@@ -53,7 +54,9 @@ func TestWatcher(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, r := range results {
-				if r.Err != nil {
+				if r.Superseded {
+					superseded++
+				} else if r.Err != nil {
 					failures = append(failures, r.Err)
 				}
 			}
@@ -129,8 +132,8 @@ func TestWatcher(t *testing.T) {
 		testenv.EventuallyEvery(t, waitTimeout, 20*time.Millisecond, func(context.Context) error {
 			mu.Lock()
 			defer mu.Unlock()
-			if overtaken < 3 || !objectExists(t, s3, walKey(n)) {
-				return errors.New(n + " not archived by three batches yet")
+			if overtaken < 3 || superseded < 3 || !objectExists(t, s3, walKey(n)) {
+				return errors.New(n + " not archived and reported superseded by three batches yet")
 			}
 			newArchiver = func() (walarchive.Archiver, error) { return walarchive.NewArchiver(cfg) }
 			return nil
