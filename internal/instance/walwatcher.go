@@ -27,7 +27,7 @@ func (m *Manager) newWALWatcher() *walWatcher {
 	w := &walWatcher{}
 	w.Watcher = &walarchive.Watcher{
 		WALDir:      filepath.Join(m.opts.DataDir, "pg_wal"),
-		NewArchiver: func() (walarchive.Archiver, error) { return walarchive.NewArchiver(wa.Config) },
+		NewArchiver: walarchive.ArchiverSource(wa.Config),
 		Report:      func(results []walarchive.AheadResult) { m.reportArchivedAhead(w, results) },
 		ReportCatchUp: func(timeline uint32, res walarchive.CatchUpResult, err error) {
 			m.reportCatchUp(w, timeline, res, err)

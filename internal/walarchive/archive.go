@@ -63,7 +63,9 @@ func (a Archiver) Archive(ctx context.Context, walPath string) (Result, error) {
 		return Result{}, fmt.Errorf("while opening the WAL file to archive: %w", err)
 	}
 	defer func() { _ = f.Close() }()
-	compressed, sum, err := readWAL(f, cmp.Or(a.MaxInMemory, DefaultMaxInMemory))
+	buf := getOutBuffer()
+	defer putOutBuffer(buf) // after the upload, which reads compressed
+	compressed, sum, err := readWAL(f, cmp.Or(a.MaxInMemory, DefaultMaxInMemory), buf)
 	if err != nil {
 		return Result{}, fmt.Errorf("while reading %s: %w", walPath, err)
 	}
@@ -88,11 +90,24 @@ func (a Archiver) Archive(ctx context.Context, walPath string) (Result, error) {
 	return res, a.upload(ctx, key, f, sum)
 }
 
+// outBuffers keeps the buffers segments are compressed into. A process
+// that archives one segment uses one; the instance manager's Watcher
+// archives segment after segment, and reuses them instead of allocating
+// (and having the runtime zero) a new one for each.
+var outBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func getOutBuffer() *bytes.Buffer { return outBuffers.Get().(*bytes.Buffer) }
+
+func putOutBuffer(b *bytes.Buffer) {
+	b.Reset()
+	outBuffers.Put(b)
+}
+
 // readWAL sums the file f. A file of at most limit bytes is compressed in
-// the same pass, and returned compressed: what is stored is exactly what
-// was summed. A larger one is only summed (compressed is nil), and f is
-// left at its end.
-func readWAL(f *os.File, limit int64) (compressed []byte, sum Sum, err error) {
+// the same pass into out, and returned compressed (out's bytes, valid until
+// out is used again): what is stored is exactly what was summed. A larger
+// one is only summed (compressed is nil), and f is left at its end.
+func readWAL(f *os.File, limit int64, out *bytes.Buffer) (compressed []byte, sum Sum, err error) {
 	info, err := f.Stat()
 	if err != nil {
 		return nil, Sum{}, err
@@ -106,9 +121,13 @@ func readWAL(f *os.File, limit int64) (compressed []byte, sum Sum, err error) {
 		enc.Reset(nil) // the pool keeps no reference to the output
 		encoders.Put(enc)
 	}()
-	// Room for the worst case up front: the encoder then never copies what
-	// it wrote, and the pages of the room it does not use are never touched.
-	out := bytes.NewBuffer(make([]byte, 0, enc.MaxEncodedSize(int(info.Size()))))
+	// Room for a quarter of the file up front (WAL compresses to a third or
+	// less here), growing when it needs more: reserving the worst case (a
+	// little over the file) kept a segment's size per buffer alive in a
+	// long-lived process, and the runtime zeroes reused memory, so every
+	// page of it was touched.
+	out.Reset()
+	out.Grow(int(info.Size()) / 4)
 	enc.Reset(out)
 	h := sha256.New()
 	// One byte more than the size: a file that grew since it was measured

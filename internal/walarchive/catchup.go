@@ -139,7 +139,9 @@ func (a Archiver) archiveIfMissing(ctx context.Context, path string) (bool, erro
 	}
 	defer func() { _ = f.Close() }()
 	limit := cmp.Or(a.MaxInMemory, DefaultMaxInMemory)
-	compressed, sum, err := readWAL(f, limit)
+	buf := getOutBuffer()
+	defer putOutBuffer(buf) // after the upload, which reads compressed
+	compressed, sum, err := readWAL(f, limit, buf)
 	switch {
 	case err != nil:
 		return false, fmt.Errorf("while reading %s: %w", path, err)

@@ -237,7 +237,7 @@ func inMemory(t *testing.T, data []byte) []byte {
 		t.Fatal(err)
 	}
 	defer func() { _ = f.Close() }()
-	obj, sum, err := readWAL(f, DefaultMaxInMemory)
+	obj, sum, err := readWAL(f, DefaultMaxInMemory, new(bytes.Buffer))
 	if want, _ := sumOf(bytes.NewReader(data)); err != nil || obj == nil || sum != want {
 		t.Fatalf("readWAL: %d bytes, %v, %v; want the compressed file and %v", len(obj), sum, err, want)
 	}
@@ -278,7 +278,7 @@ func TestReadWAL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, sum, err := readWAL(f, tc.limit)
+		got, sum, err := readWAL(f, tc.limit, new(bytes.Buffer))
 		_ = f.Close()
 		if err != nil || sum != want {
 			t.Errorf("limit %d: sum %v, %v; want %v", tc.limit, sum, err, want)

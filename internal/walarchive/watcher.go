@@ -49,9 +49,10 @@ const (
 type Watcher struct {
 	// WALDir is pg_wal.
 	WALDir string
-	// NewArchiver gives the Archiver to use. It is called for every batch:
-	// the credentials it reads from files are the current ones, as they
-	// are for every run of the archive command.
+	// NewArchiver gives the Archiver to use. It is called for every batch,
+	// so that the credentials are the current ones, as they are for every
+	// run of the archive command: ArchiverSource makes one again only when
+	// its files changed.
 	NewArchiver func() (Archiver, error)
 	// Parallel is how many segments are archived at once
 	// (DefaultParallel when zero).

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -111,11 +112,51 @@ func watchWAL(b *testing.B, data, cfgPath string) {
 		b.Fatal(err)
 	}
 	w := &walarchive.Watcher{WALDir: filepath.Join(data, "pg_wal"),
-		NewArchiver: func() (walarchive.Archiver, error) { return walarchive.NewArchiver(cfg) }}
+		NewArchiver: walarchive.ArchiverSource(cfg)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(ctx) }()
-	b.Cleanup(func() { cancel(); <-done })
+	sampled := make(chan struct{})
+	go func() { defer close(sampled); sampleRSSPeak(ctx) }()
+	b.Cleanup(func() { cancel(); <-done; <-sampled })
+}
+
+// rssAnonPeak is the largest growth of this process's anonymous resident
+// memory (RssAnon: heap, stacks; not the executable's pages) over its
+// value when sampleRSSPeak started.
+var rssAnonPeak atomic.Int64
+
+// sampleRSSPeak records in rssAnonPeak every 100 ms until ctx is done.
+func sampleRSSPeak(ctx context.Context) {
+	base := rssAnon()
+	rssAnonPeak.Store(0)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if grown := rssAnon() - base; grown > rssAnonPeak.Load() {
+			rssAnonPeak.Store(grown)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// rssAnon is RssAnon from /proc/self/status, in bytes; 0 when unreadable.
+func rssAnon() int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(data)) {
+		if value, ok := strings.CutPrefix(line, "RssAnon:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // selfCPU is this process's CPU time (user and system): the Watcher's,
@@ -201,7 +242,7 @@ func archiveUnderPgbench(b *testing.B, load string, parallel, seconds int) map[s
 	drained := query1[int64](b, conn, "SELECT archived_count FROM pg_stat_archiver") - startArchived
 	cpuPerSegment := float64((childrenCPU(b, archiver) + selfCPU(b) - startCPU).Milliseconds()) / float64(max(drained, 1))
 	b.Logf("%s, parallel=%d: pgbench %.0f tps for %.0f s; elapsed, pg_wal size, .ready files: %s", load, parallel, res.tps, ran, strings.Join(series, ", "))
-	return map[string]float64{
+	figures := map[string]float64{
 		"tps":               res.tps,
 		"WAL-written-MB/s":  written / 1e6 / ran,
 		"WAL-archived-MB/s": float64(archived) * segmentSize / 1e6 / ran,
@@ -213,6 +254,12 @@ func archiveUnderPgbench(b *testing.B, load string, parallel, seconds int) map[s
 		"archive-failures":  float64(failed),
 		"cpu-ms/segment":    cpuPerSegment,
 	}
+	if parallel == 0 {
+		// What archiving costs the instance manager in memory, as near as
+		// this process shows it: the growth of its anonymous memory.
+		figures["watcher-rss-anon-peak-MB"] = float64(rssAnonPeak.Load()) / (1 << 20)
+	}
+	return figures
 }
 
 // childrenCPU is the CPU time (user and system) of the ended children of
