@@ -5,6 +5,7 @@ package backup
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -78,7 +79,7 @@ func TestWatcher(t *testing.T) {
 		t.Helper()
 		testenv.EventuallyEvery(t, waitTimeout, 20*time.Millisecond, func(context.Context) error {
 			if got := spool(sub); !slices.Equal(got, want) {
-				return errors.New("spool " + sub + ": " + joinNames(got) + "; want " + joinNames(want))
+				return fmt.Errorf("spool %s: %v; want %v", sub, got, want)
 			}
 			return nil
 		})
@@ -169,17 +170,6 @@ func TestWatcher(t *testing.T) {
 			t.Errorf("%s is recorded as archived", names[2])
 		}
 	})
-}
-
-func joinNames(names []string) string {
-	if len(names) == 0 {
-		return "none"
-	}
-	out := names[0]
-	for _, n := range names[1:] {
-		out += "," + n
-	}
-	return out
 }
 
 // TestCatchUp: after a promotion onto timeline 2, the segments of timeline
