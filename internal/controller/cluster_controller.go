@@ -201,6 +201,7 @@ func (r *ClusterReconciler) reconcileMembers(ctx context.Context, c *tuskv1alpha
 		if err := r.demoteFormerPrimaries(ctx, c, v, ic); err != nil {
 			return p, err
 		}
+		refreshUpstreams(ctx, c, v, ic)
 	}
 	if err := r.reconcileFencing(ctx, c, v, ic); err != nil {
 		return p, err

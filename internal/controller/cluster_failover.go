@@ -252,20 +252,26 @@ func (r *ClusterReconciler) recordFailover(ctx context.Context, c *tuskv1alpha1.
 	if err := r.reconcileRoleLabels(ctx, c, v); err != nil {
 		return err
 	}
-	reconnectReplicas(ctx, v, promoted, ic)
+	reconnectReplicas(ctx, c, v, promoted, ic)
 	return nil
 }
 
-// reconnectReplicas asks the other running replicas to connect their
-// WAL receivers afresh, through -rw, which now selects the promoted
-// instance. A receiver still attached to a former primary cut off by the
-// network would otherwise wait for TCP to give up (tcp_user_timeout, 10 s)
-// while a synchronous primary holds every commit for want of a standby,
-// and a partition that heals could still deliver it WAL the new primary
-// never had, which would make it diverge. Best effort: a replica that
-// cannot be asked reconnects by itself once TCP gives up.
-func reconnectReplicas(ctx context.Context, v *view, promoted *member, ic *instanceClient) {
+// reconnectReplicas points the other running replicas at the promoted
+// instance: at its pod IP first (Upstream.HostAddr), so they stream from it
+// at once instead of when kube-proxy has moved the -rw Service, which
+// takes a second or two; until then a connection to -rw can still be sent
+// to the former primary's address, and to a deleted pod's address it hangs
+// for the whole connect timeout while a synchronous primary holds every
+// commit for want of a standby. A changed primary_conninfo makes postgres
+// restart the WAL receiver; a replica already pointed there is asked to
+// reconnect instead (its receiver may be attached to a former primary cut
+// off by the network, waiting for TCP to give up, and a partition that
+// heals could still deliver it WAL the new primary never had). Best
+// effort: a replica that cannot be asked reconnects by itself once TCP
+// gives up.
+func reconnectReplicas(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, promoted *member, ic *instanceClient) {
 	log := ctrlLog(ctx)
+	up := instanceapi.Upstream{Host: rwServiceName(c), HostAddr: promoted.pod.Status.PodIP, Port: postgresPort}
 	var wg sync.WaitGroup
 	for _, m := range v.members {
 		if m == promoted || m.pod == nil || m.pod.DeletionTimestamp != nil || m.status == nil ||
@@ -275,15 +281,49 @@ func reconnectReplicas(ctx context.Context, v *view, promoted *member, ic *insta
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, statusTimeout) // a busy manager must not hold the pass
 			defer cancel()
-			var res instanceapi.ReconnectResult
-			if err := ic.call(ctx, m.pod, http.MethodPost, instanceapi.PathReconnect, nil, &res); err != nil {
-				log.Info("Could not ask a replica to reconnect to the new primary", "instance", m.name, "error", err.Error())
+			if err := repointReplica(ctx, m, up, ic); err != nil {
+				log.Info("Could not point a replica at the new primary", "instance", m.name, "error", err.Error())
 				return
 			}
-			log.V(1).Info("Asked a replica to reconnect to the new primary", "instance", m.name, "restarted", res.Restarted)
+			log.V(1).Info("Pointed a replica at the new primary", "instance", m.name, "address", up.HostAddr)
 		})
 	}
 	wg.Wait()
+}
+
+// repointReplica makes a replica stream from up afresh.
+func repointReplica(ctx context.Context, m *member, up instanceapi.Upstream, ic *instanceClient) error {
+	if m.status.Upstream == nil || *m.status.Upstream != up {
+		return ic.call(ctx, m.pod, http.MethodPost, instanceapi.PathFollow, instanceapi.FollowRequest{Upstream: up}, nil)
+	}
+	return ic.call(ctx, m.pod, http.MethodPost, instanceapi.PathReconnect, nil, &instanceapi.ReconnectResult{})
+}
+
+// refreshUpstreams re-points a replica set to try an address (Upstream
+// HostAddr) that is no longer the primary's pod IP, which happens when the
+// primary's pod was recreated without a failover: each of its reconnections
+// would first wait out the connect timeout on a dead address. Best effort,
+// like reconnectReplicas.
+func refreshUpstreams(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, ic *instanceClient) {
+	primary := v.member(c.Status.CurrentPrimary)
+	if primary == nil || !primary.ready() || primary.status.Role != instanceapi.RolePrimary || primary.pod.Status.PodIP == "" {
+		return
+	}
+	var stale []*member
+	for _, m := range v.members {
+		if m != primary && m.status != nil && m.status.Role == instanceapi.RoleReplica && staleHostAddr(m.status.Upstream, primary.pod.Status.PodIP) {
+			stale = append(stale, m)
+		}
+	}
+	if len(stale) > 0 {
+		reconnectReplicas(ctx, c, &view{members: stale}, primary, ic)
+	}
+}
+
+// staleHostAddr says a replica's upstream tries an address first that is
+// not the primary's.
+func staleHostAddr(up *instanceapi.Upstream, primaryIP string) bool {
+	return up != nil && up.HostAddr != "" && up.HostAddr != primaryIP
 }
 
 // demoteFormerPrimaries turns an instance that is a primary, or fenced

@@ -150,7 +150,7 @@ func (r *ClusterReconciler) reconcileSwitchover(ctx context.Context, c *tuskv1al
 		if err := r.moveWritesTo(ctx, old, target); err != nil {
 			return true, err
 		}
-		checkpoint, err := r.stepDown(ctx, c, old, ic)
+		checkpoint, err := r.stepDown(ctx, c, old, target, ic)
 		if err != nil {
 			return true, err
 		}
@@ -162,6 +162,7 @@ func (r *ClusterReconciler) reconcileSwitchover(ctx context.Context, c *tuskv1al
 		if err := r.promote(ctx, target, ic); err != nil {
 			return true, err
 		}
+		reconnectReplicas(ctx, c, v, target, ic)
 	case waitForRoles:
 		return true, nil
 	case giveUp:
@@ -268,9 +269,10 @@ func (r *ClusterReconciler) checkpointBeforeStepDown(ctx context.Context, old *m
 }
 
 // stepDown shuts the old primary down cleanly and restarts it as a replica
-// of the -rw Service; it returns the location of its shutdown checkpoint.
-func (r *ClusterReconciler) stepDown(ctx context.Context, c *tuskv1alpha1.PostgresCluster, old *member, ic *instanceClient) (postgres.LSN, error) {
-	up := instanceapi.FollowRequest{Upstream: instanceapi.Upstream{Host: rwServiceName(c), Port: postgresPort}}
+// of the target (its pod IP first, then the -rw Service); it returns the
+// location of its shutdown checkpoint.
+func (r *ClusterReconciler) stepDown(ctx context.Context, c *tuskv1alpha1.PostgresCluster, old, target *member, ic *instanceClient) (postgres.LSN, error) {
+	up := instanceapi.FollowRequest{Upstream: instanceapi.Upstream{Host: rwServiceName(c), HostAddr: target.pod.Status.PodIP, Port: postgresPort}}
 	var res instanceapi.StepDownResult
 	if err := ic.call(ctx, old.pod, http.MethodPost, instanceapi.PathStepDown, up, &res); err != nil {
 		return 0, fmt.Errorf("while stepping %s down: %w", old.name, err)

@@ -358,3 +358,21 @@ func TestStatusTimeouts(t *testing.T) {
 		}
 	}
 }
+
+func TestStaleHostAddr(t *testing.T) {
+	tests := []struct {
+		name string
+		up   *instanceapi.Upstream
+		want bool
+	}{
+		{"no upstream reported", nil, false},
+		{"the -rw Service only", &instanceapi.Upstream{Host: "c-rw", Port: 5432}, false},
+		{"the primary's address", &instanceapi.Upstream{Host: "c-rw", HostAddr: "10.0.0.7", Port: 5432}, false},
+		{"another address", &instanceapi.Upstream{Host: "c-rw", HostAddr: "10.0.0.9", Port: 5432}, true},
+	}
+	for _, tt := range tests {
+		if got := staleHostAddr(tt.up, "10.0.0.7"); got != tt.want {
+			t.Errorf("%s: staleHostAddr = %t, want %t", tt.name, got, tt.want)
+		}
+	}
+}

@@ -83,6 +83,7 @@ func pgpassEscape(s string) string {
 func (m *Manager) replicationConnInfo(up instanceapi.Upstream) pgconf.ConnInfo {
 	ci := pgconf.ConnInfo{
 		Host:            up.Host,
+		HostAddr:        up.HostAddr,
 		Port:            up.Port,
 		User:            replicationUser,
 		ApplicationName: m.opts.Name,
@@ -107,6 +108,7 @@ func (m *Manager) replicationConnInfo(up instanceapi.Upstream) pgconf.ConnInfo {
 func (m *Manager) superuserConnInfo(up instanceapi.Upstream) string {
 	ci := pgconf.ConnInfo{
 		Host:            up.Host,
+		HostAddr:        up.HostAddr,
 		Port:            up.Port,
 		User:            superuser,
 		ApplicationName: m.opts.Name + "-rewind",

@@ -27,6 +27,8 @@ func (m *Manager) Status(ctx context.Context) instanceapi.Status {
 	}
 	if st.role == instanceapi.RoleReplica {
 		status.Diverged = m.postmasterDiverged()
+		up := st.upstream
+		status.Upstream = &up
 	}
 	if !st.lastPasswordRotation.IsZero() {
 		at := st.lastPasswordRotation.UTC()

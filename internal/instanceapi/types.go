@@ -116,6 +116,8 @@ type Status struct {
 	ReplayedLSN string `json:"replayedLSN,omitempty"`
 	// Streaming says a replica has a live WAL receiver.
 	Streaming bool `json:"streaming,omitempty"`
+	// Upstream is where a replica is set to stream from.
+	Upstream *Upstream `json:"upstream,omitempty"`
 	// Diverged is PostgreSQL's own message when a replica cannot follow
 	// its upstream's timeline because it has WAL past the point where that
 	// timeline forked off; only a rewind helps. Empty otherwise.
@@ -237,6 +239,11 @@ type ReplicaConnection struct {
 type Upstream struct {
 	// Host is the primary's host name, normally the cluster's -rw Service.
 	Host string `json:"host"`
+	// HostAddr, when set, is the primary's pod IP: the replica connects
+	// to it first, checking the certificate against Host, and to Host by
+	// name when that fails. After a failover it reaches the new primary
+	// without waiting for kube-proxy to move Host's Service.
+	HostAddr string `json:"hostAddr,omitempty"`
 	// Port is the primary's port.
 	Port int `json:"port"`
 }

@@ -185,6 +185,9 @@ type chaosEvent struct {
 	// before the fault; lost counts the rows it lost (asynchronous mode).
 	lagBytes int64
 	lost     int
+	// timeline is what was seen between start and end, printed with the
+	// figures (which read the ledger once for all faults).
+	timeline *failoverTimeline
 }
 
 // TestChaos: see the top of the file and docs/chaos.md.
@@ -282,12 +285,14 @@ func runChaos(t *testing.T, ns, cluster string, w *workloadWriter, rng *rand.Ran
 // the writes to go through again, and checks the workload so far.
 func injectAndHeal(t *testing.T, ns, cluster string, w *workloadWriter, f chaosFault, cfg chaosConfig, past []chaosEvent) chaosEvent {
 	ev := chaosEvent{fault: f.name, failsOver: f.failsOver, lagBytes: replayLagBytes(t, ns, cluster)}
+	ev.timeline = watchTimeline(t, ns, cluster)
 	ev.start = time.Now()
 	t.Logf("chaos: injecting %s (%s); replicas' replay lag before it: %d bytes", f.name, f.describes, ev.lagBytes)
 	t.Logf("chaos: %s", f.inject(t, ns, cluster, cfg.hold))
 	waitHealthy(t, ns, cluster, haInstances, clusterChangeTimeout)
 	w.WaitAcks(t, 50, 2*time.Minute)
 	ev.end = time.Now()
+	ev.timeline.stop()
 	t.Logf("chaos: %s healed in %.1fs; primary %s", f.name, ev.end.Sub(ev.start).Seconds(), currentPrimary(t, ns, cluster))
 	rep := w.Check(t)
 	if !cfg.async {
@@ -327,6 +332,10 @@ func logChaosFigures(t *testing.T, w *workloadWriter, events []chaosEvent, async
 			kinds = append(kinds, ev.fault)
 		}
 		gaps[ev.fault] = append(gaps[ev.fault], writeGapAround(recs, ev.start, ev.end))
+		if ev.failsOver {
+			t.Logf("%s at %s, write gap %.2fs:", ev.fault, ev.start.Format("15:04:05"), writeGapAround(recs, ev.start, ev.end).Seconds())
+			ev.timeline.log(t, ev.start, ev.end, recs)
+		}
 		heals[ev.fault] = append(heals[ev.fault], ev.end.Sub(ev.start))
 		lost[ev.fault] += ev.lost
 		lag[ev.fault] = max(lag[ev.fault], ev.lagBytes)

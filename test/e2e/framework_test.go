@@ -37,7 +37,7 @@ import (
 var (
 	cfg       *rest.Config
 	clientset *kubernetes.Clientset
-	kube      client.Client
+	kube      client.WithWatch
 	artifacts string
 )
 
@@ -76,7 +76,7 @@ func setup() error {
 	if err != nil {
 		return err
 	}
-	kube, err = client.New(cfg, client.Options{Scheme: s})
+	kube, err = client.NewWithWatch(cfg, client.Options{Scheme: s})
 	return err
 }
 

@@ -93,6 +93,7 @@ func TestPrimaryPodDeletedUnderLoad(t *testing.T) {
 	newHACluster(t, ns, name)
 	w := startWorkload(t, ns, name)
 
+	tl := watchTimeline(t, ns, name)
 	start := time.Now()
 	deleted := deletePrimaryPod(t, ns, name)
 	waitHealthy(t, ns, name, haInstances, clusterChangeTimeout)
@@ -101,7 +102,9 @@ func TestPrimaryPodDeletedUnderLoad(t *testing.T) {
 
 	w.Stop(t)
 	assertNoWriteLost(t, w.Check(t))
-	gap := writeGapAround(w.Ledger(t), start, done)
+	recs := w.Ledger(t)
+	gap := writeGapAround(recs, start, done)
+	tl.log(t, start, done, recs)
 	t.Logf("primary pod %s deleted under load: cluster Healthy and writes through again %.1fs later; primary now %s",
 		deleted, done.Sub(start).Seconds(), currentPrimary(t, ns, name))
 	t.Logf("figure: primary pod deleted write gap %.2fs", gap.Seconds())

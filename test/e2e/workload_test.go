@@ -306,18 +306,9 @@ func describeGap(g *workload.Gap) string {
 // to caused, measured on the writer's clock (the same node's clock as the
 // test's). It is zero if writes never paused there.
 func writeGapAround(recs []workload.Record, from, to time.Time) time.Duration {
-	var acks []time.Time
-	for _, r := range recs {
-		if r.Kind == workload.KindAck {
-			acks = append(acks, r.At)
-		}
+	before, after, ok := gapBounds(recs, from, to)
+	if !ok {
+		return 0
 	}
-	slices.SortFunc(acks, time.Time.Compare)
-	var longest time.Duration
-	for i := 1; i < len(acks); i++ {
-		if acks[i].After(from) && acks[i-1].Before(to) {
-			longest = max(longest, acks[i].Sub(acks[i-1]))
-		}
-	}
-	return longest
+	return after.At.Sub(before.At)
 }

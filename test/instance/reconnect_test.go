@@ -72,3 +72,36 @@ func streamingReceiver(t *testing.T, n *node, not int32) int32 {
 	})
 	return pid
 }
+
+// TestFollowTriesTheAddressFirst: an upstream with a HostAddr is reached at
+// that address even when its host name does not resolve (the name only
+// checks the certificate then), and the new primary_conninfo restarts the
+// WAL receiver at once: what the operator asks of the replicas after a
+// failover, so they stream from the new primary before kube-proxy moves
+// the -rw Service. The status reports the upstream.
+func TestFollowTriesTheAddressFirst(t *testing.T) {
+	primary := startNode(t, "pg-1", nodeOptions{role: instanceapi.RolePrimary})
+	primary.waitReady(instanceapi.RolePrimary)
+	primary.exec("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)")
+	replica := startNode(t, "pg-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port})
+	replica.waitReady(instanceapi.RoleReplica)
+	replica.waitIDs(1)
+	before := streamingReceiver(t, replica, 0)
+
+	up := instanceapi.Upstream{Host: "primary.invalid", HostAddr: "127.0.0.1", Port: primary.port}
+	replica.command(http.MethodPost, instanceapi.PathFollow, instanceapi.FollowRequest{Upstream: up}, nil)
+	after := streamingReceiver(t, replica, before)
+	t.Logf("WAL receiver pid %d replaced by %d", before, after)
+	primary.exec("INSERT INTO t VALUES (2)")
+	replica.waitIDs(1, 2)
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	st, err := replica.status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Upstream == nil || *st.Upstream != up {
+		t.Errorf("status reports upstream %+v, want %+v", st.Upstream, up)
+	}
+}

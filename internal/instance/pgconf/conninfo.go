@@ -12,6 +12,10 @@ import (
 type ConnInfo struct {
 	// Host is the primary's address, normally the cluster's -rw Service.
 	Host string
+	// HostAddr, when set, is an IP address of the primary to try first:
+	// libpq connects to it while still checking the certificate against
+	// Host, and tries Host by name next if it fails or is not the primary.
+	HostAddr string
 	// Port is the primary's port; 0 leaves it out.
 	Port int
 	// User is the replication role.
@@ -60,8 +64,14 @@ const (
 // with ' and \ backslash-escaped. The result is itself a value for
 // postgresql.conf, where PostgresqlConf quotes it again.
 func PrimaryConnInfo(c ConnInfo) string {
+	host, hostaddr := c.Host, ""
+	if c.HostAddr != "" {
+		// An empty item of a hostaddr list means: look the host up.
+		host, hostaddr = c.Host+","+c.Host, c.HostAddr+","
+	}
 	kv := []struct{ k, v string }{
-		{"host", c.Host},
+		{"host", host},
+		{"hostaddr", hostaddr},
 		{"port", portString(c.Port)},
 		{"user", c.User},
 		{"application_name", c.ApplicationName},

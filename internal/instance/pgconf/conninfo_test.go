@@ -21,6 +21,8 @@ func TestPrimaryConnInfo(t *testing.T) {
 			SSLRootCert: "/t/ca.crt", ConnectTimeout: 3 * time.Second,
 		}, "host=orders-rw port=5432 user=tusk_replication application_name=orders-2 passfile=/p/.pgpass " +
 			"sslmode=verify-full sslcert=/t/tls.crt sslkey=/t/tls.key sslrootcert=/t/ca.crt connect_timeout=3" + fixedTail},
+		{"an address to try first, then the name", ConnInfo{Host: "orders-rw", HostAddr: "10.0.0.7", Port: 5432},
+			"host=orders-rw,orders-rw hostaddr=10.0.0.7, port=5432 connect_timeout=5" + fixedTail},
 		{"space is quoted", ConnInfo{ApplicationName: "a b"}, `application_name='a b' connect_timeout=5` + fixedTail},
 		{"tab is quoted", ConnInfo{ApplicationName: "a\tb"}, "application_name='a\tb' connect_timeout=5" + fixedTail},
 		{"quote is escaped", ConnInfo{User: "o'neil"}, `user='o\'neil' connect_timeout=5` + fixedTail},
