@@ -99,8 +99,8 @@ func (m *Manager) reload(ctx context.Context) (instanceapi.ConfigResult, error) 
 	if err != nil {
 		return res, err
 	}
-	if err := syscall.Kill(pm.Pid(), syscall.SIGHUP); err != nil {
-		return res, fmt.Errorf("while asking postgres to reload: %w", err)
+	if err := m.signalReload(); err != nil {
+		return res, err
 	}
 	for {
 		loaded, err := m.confLoadTime(ctx)
@@ -118,6 +118,21 @@ func (m *Manager) reload(ctx context.Context) (instanceapi.ConfigResult, error) 
 	}
 	res.Reloaded = true
 	return res, m.readSettingsState(ctx, &res)
+}
+
+// signalReload asks a running postgres to re-read its configuration,
+// without waiting for it.
+func (m *Manager) signalReload() error {
+	m.mu.Lock()
+	pm := m.postgres
+	m.mu.Unlock()
+	if pm == nil {
+		return nil
+	}
+	if err := syscall.Kill(pm.Pid(), syscall.SIGHUP); err != nil {
+		return fmt.Errorf("while asking postgres to reload: %w", err)
+	}
+	return nil
 }
 
 func (m *Manager) confLoadTime(ctx context.Context) (time.Time, error) {

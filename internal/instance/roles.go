@@ -142,11 +142,13 @@ func (m *Manager) promote(ctx context.Context) (PromoteResult, error) {
 	st := m.state
 	m.mu.Unlock()
 	// Drop primary_conninfo from the configuration; PostgreSQL removed
-	// standby.signal itself.
+	// standby.signal itself. A primary ignores primary_conninfo, the only
+	// setting that differs by role, so the promotion does not wait for
+	// the reload (new sessions, which a busy node is slow to start).
 	if err := m.writeConfig(st); err != nil {
 		return res, err
 	}
-	if _, err := m.reload(ctx); err != nil {
+	if err := m.signalReload(); err != nil {
 		return res, err
 	}
 	var status instanceapi.Status
