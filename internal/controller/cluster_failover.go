@@ -249,11 +249,11 @@ func (r *ClusterReconciler) recordFailover(ctx context.Context, c *tuskv1alpha1.
 		return err
 	}
 	r.event(c, corev1.EventTypeWarning, ReasonFailedOver, "Failover", "%s is the primary in place of %s (%s)", promoted.name, from, why)
-	if err := r.reconcileRoleLabels(ctx, c, v); err != nil {
-		return err
-	}
+	err := r.reconcileRoleLabels(ctx, c, v)
+	// Even when a label could not move: a synchronous primary holds every
+	// commit until a standby streams from it.
 	reconnectReplicas(ctx, c, v, promoted, ic)
-	return nil
+	return err
 }
 
 // reconnectReplicas points the other running replicas at the promoted

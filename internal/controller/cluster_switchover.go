@@ -45,7 +45,10 @@ func (r *ClusterReconciler) labelRole(ctx context.Context, m *member, role insta
 	}
 	patch := client.MergeFrom(m.pod.DeepCopy())
 	m.pod.Labels[LabelRole] = string(role)
-	if err := r.Patch(ctx, m.pod, patch); err != nil {
+	// A pod deleted since the pass began (a failed primary's, typically)
+	// needs no label; failing on it would leave the new primary's pod
+	// unlabelled, and the -rw Service empty, until the next pass.
+	if err := r.Patch(ctx, m.pod, patch); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("while labelling %s as %s: %w", m.name, role, err)
 	}
 	return nil

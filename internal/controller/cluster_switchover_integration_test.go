@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -51,5 +52,37 @@ func TestUnknownSwitchoverTargetIsRefused(t *testing.T) {
 	})
 	if pod := get(t, ns, "pg-1", &corev1.Pod{}); pod.Labels[LabelRole] != "primary" {
 		t.Errorf("pg-1 has role label %q, want primary", pod.Labels[LabelRole])
+	}
+}
+
+// A pod deleted since the pass read it needs no label: labelling it is not
+// an error, which would have stopped the pass before it labelled the new
+// primary (a failed primary's pod goes away while its failover runs).
+func TestLabellingAGonePodIsNotAnError(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pg-1", Labels: map[string]string{LabelRole: "primary"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "postgres"}}},
+	}
+	create(t, pod)
+	read := pod.DeepCopy()
+	if err := env.Client.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	r := &ClusterReconciler{Client: env.Client}
+	if err := r.labelRole(ctx, &member{name: "pg-1", pod: read}, "replica"); err != nil {
+		t.Fatalf("labelling a deleted pod: %v", err)
+	}
+	live := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pg-2", Labels: map[string]string{LabelRole: "replica"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "postgres"}}},
+	}
+	create(t, live)
+	if err := r.labelRole(ctx, &member{name: "pg-2", pod: live}, "primary"); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, ns, "pg-2", &corev1.Pod{}); got.Labels[LabelRole] != "primary" {
+		t.Errorf("pg-2 has role label %q, want primary", got.Labels[LabelRole])
 	}
 }
