@@ -162,17 +162,16 @@ func (r *ClusterReconciler) reconcileSwitchover(ctx context.Context, c *tuskv1al
 		if !waitForWAL(ctx, ic, target, checkpoint) {
 			return false, r.abortSwitchover(ctx, c, old, ic, fmt.Sprintf("%s did not receive the shutdown checkpoint %s", target.name, checkpoint))
 		}
-		if err := r.promote(ctx, target, ic); err != nil {
+		if err := r.promoteAndRepoint(ctx, c, v, target, ic); err != nil {
 			return true, err
 		}
-		reconnectReplicas(ctx, c, v, target, ic)
 	case waitForRoles:
 		return true, nil
 	case giveUp:
 		return false, r.abortSwitchover(ctx, c, old, ic, fmt.Sprintf("%s lacks WAL the former primary wrote (received %s, the former primary has %s)",
 			target.name, target.status.ReceivedLSN, old.status.ReplayedLSN))
 	case promoteTarget:
-		if err := r.promote(ctx, target, ic); err != nil {
+		if err := r.promoteAndRepoint(ctx, c, v, target, ic); err != nil {
 			return true, err
 		}
 	case recordOnly:
@@ -223,6 +222,16 @@ func (r *ClusterReconciler) promote(ctx context.Context, target *member, ic *ins
 	if err := ic.call(ctx, target.pod, http.MethodPost, instanceapi.PathPromote, nil, nil); err != nil {
 		return fmt.Errorf("while promoting %s: %w", target.name, err)
 	}
+	return nil
+}
+
+// promoteAndRepoint promotes a switchover's target and points the other
+// replicas at it (reconnectReplicas): their upstream just stepped down.
+func (r *ClusterReconciler) promoteAndRepoint(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, target *member, ic *instanceClient) error {
+	if err := r.promote(ctx, target, ic); err != nil {
+		return err
+	}
+	reconnectReplicas(ctx, c, v, target, ic)
 	return nil
 }
 

@@ -89,10 +89,7 @@ func (m *Manager) stopPostgresWithin(mode supervisor.ShutdownMode, timeouts supe
 // a new session's pg_conf_load_time() moves past the one before the reload.
 func (m *Manager) reload(ctx context.Context) (instanceapi.ConfigResult, error) {
 	var res instanceapi.ConfigResult
-	m.mu.Lock()
-	pm := m.postgres
-	m.mu.Unlock()
-	if pm == nil {
+	if !m.running() {
 		return res, nil // the new files apply at the next start
 	}
 	before, err := m.confLoadTime(ctx)

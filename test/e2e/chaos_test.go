@@ -331,9 +331,10 @@ func logChaosFigures(t *testing.T, w *workloadWriter, events []chaosEvent, async
 		if gaps[ev.fault] == nil {
 			kinds = append(kinds, ev.fault)
 		}
-		gaps[ev.fault] = append(gaps[ev.fault], writeGapAround(recs, ev.start, ev.end))
+		gap := writeGapAround(recs, ev.start, ev.end)
+		gaps[ev.fault] = append(gaps[ev.fault], gap)
 		if ev.failsOver {
-			t.Logf("%s at %s, write gap %.2fs:", ev.fault, ev.start.Format("15:04:05"), writeGapAround(recs, ev.start, ev.end).Seconds())
+			t.Logf("%s at %s, write gap %.2fs:", ev.fault, ev.start.Format("15:04:05"), gap.Seconds())
 			ev.timeline.log(t, ev.start, ev.end, recs)
 		}
 		heals[ev.fault] = append(heals[ev.fault], ev.end.Sub(ev.start))

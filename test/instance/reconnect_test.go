@@ -20,13 +20,7 @@ import (
 // the operator asks of the remaining replicas after a failover. A primary
 // has no WAL receiver and refuses.
 func TestReconnectRestartsTheWALReceiver(t *testing.T) {
-	primary := startNode(t, "pg-1", nodeOptions{role: instanceapi.RolePrimary})
-	primary.waitReady(instanceapi.RolePrimary)
-	primary.exec("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)")
-	replica := startNode(t, "pg-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port})
-	replica.waitReady(instanceapi.RoleReplica)
-	replica.waitIDs(1)
-	before := streamingReceiver(t, replica, 0)
+	primary, replica, before := streamingPair(t)
 
 	var res instanceapi.ReconnectResult
 	replica.command(http.MethodPost, instanceapi.PathReconnect, nil, &res)
@@ -45,6 +39,19 @@ func TestReconnectRestartsTheWALReceiver(t *testing.T) {
 	if code != http.StatusConflict || err == nil {
 		t.Fatalf("reconnect on the primary: HTTP %d (%v), want 409", code, err)
 	}
+}
+
+// streamingPair starts a primary with a row in table t and a replica
+// streaming it; it returns both and the replica's WAL receiver pid.
+func streamingPair(t *testing.T) (primary, replica *node, receiver int32) {
+	t.Helper()
+	primary = startNode(t, "pg-1", nodeOptions{role: instanceapi.RolePrimary})
+	primary.waitReady(instanceapi.RolePrimary)
+	primary.exec("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)")
+	replica = startNode(t, "pg-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port})
+	replica.waitReady(instanceapi.RoleReplica)
+	replica.waitIDs(1)
+	return primary, replica, streamingReceiver(t, replica, 0)
 }
 
 // streamingReceiver waits until n's WAL receiver streams with a pid other
@@ -80,13 +87,7 @@ func streamingReceiver(t *testing.T, n *node, not int32) int32 {
 // failover, so they stream from the new primary before kube-proxy moves
 // the -rw Service. The status reports the upstream.
 func TestFollowTriesTheAddressFirst(t *testing.T) {
-	primary := startNode(t, "pg-1", nodeOptions{role: instanceapi.RolePrimary})
-	primary.waitReady(instanceapi.RolePrimary)
-	primary.exec("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)")
-	replica := startNode(t, "pg-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port})
-	replica.waitReady(instanceapi.RoleReplica)
-	replica.waitIDs(1)
-	before := streamingReceiver(t, replica, 0)
+	primary, replica, before := streamingPair(t)
 
 	up := instanceapi.Upstream{Host: "primary.invalid", HostAddr: "127.0.0.1", Port: primary.port}
 	replica.command(http.MethodPost, instanceapi.PathFollow, instanceapi.FollowRequest{Upstream: up}, nil)
