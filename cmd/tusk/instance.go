@@ -207,7 +207,13 @@ func newInstanceRunCommand() *cobra.Command {
 	fl.DurationVar(&o.Lease.RenewEvery, "lease-renew-every", instance.DefaultLeaseRenewEvery, "how often the primary renews its Lease")
 	fl.DurationVar(&o.Lease.FenceMargin, "lease-fence-margin", instance.DefaultLeaseFenceMargin,
 		"a primary that could not renew stops postgres this long before its Lease could expire")
-	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for the Lease (the pod's service account when empty)")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for the Lease and the EndpointSlices (the pod's service account when empty)")
+	fl.DurationVar(&o.Termination.HandoverWait, "handover-wait", 0,
+		"on SIGTERM, how long a primary with a streaming standby keeps serving while it waits for the operator to switch over (0: shut down at once)")
+	fl.DurationVar(&o.Termination.DrainTimeout, "drain-timeout", 0,
+		"on SIGTERM, how long to wait for the Services (EndpointSlices) to stop sending connections here, before and after postgres stops (0: no wait)")
+	fl.DurationVar(&o.Termination.DrainQuiet, "drain-quiet", 2*time.Second,
+		"after the EndpointSlices stopped sending connections here, and after the last one refused, how long to wait before exiting")
 	f.archive.add(fl)
 	f.recovery.add(fl)
 	fl.StringVar(&f.clone.Source.Host, "clone-host", "", "primary of another cluster a new primary copies (pg_basebackup over TLS) instead of running initdb; no cloning when empty")
@@ -239,6 +245,10 @@ func (f *instanceFlags) complete() error {
 			return err
 		}
 		f.opts.Lease.Client = clients.CoordinationV1()
+		// Draining reads the EndpointSlices of the Lease's (the pod's)
+		// namespace.
+		f.opts.Termination.Endpoints = clients.DiscoveryV1()
+		f.opts.Termination.Namespace = f.opts.Lease.Namespace
 	}
 	if f.roleFile != "" {
 		role, found, err := instance.RoleFromLabels(f.roleFile)

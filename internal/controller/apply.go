@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
@@ -66,4 +67,24 @@ func setAnnotation(obj client.Object, key, value string) {
 	}
 	a[key] = value
 	obj.SetAnnotations(a)
+}
+
+// deleteOwned deletes obj when it exists and owner controls it: an object
+// of an earlier version's making that Tusk builds no more. An object of the
+// same name that Tusk does not control is the user's, and stays.
+func (r *ClusterReconciler) deleteOwned(ctx context.Context, owner client.Object, obj client.Object) error {
+	err := r.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("while reading %T %s: %w", obj, obj.GetName(), err)
+	}
+	if !metav1.IsControlledBy(obj, owner) {
+		return nil
+	}
+	if err := r.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("while deleting %T %s: %w", obj, obj.GetName(), err)
+	}
+	return nil
 }

@@ -123,7 +123,7 @@ func TestBuildersGolden(t *testing.T) {
 			golden(t, name+"-pod-replica", instancePod(c, instanceName(c.Name, 2), instanceapi.RoleReplica, testManagerImage))
 			golden(t, name+"-pvc", instancePVC(c, instanceName(c.Name, 1)))
 			golden(t, name+"-services", clusterServices(c))
-			golden(t, name+"-pdbs", clusterPDBs(c))
+			golden(t, name+"-pdb", clusterPDB(c))
 			creds := credentials{username: "app", password: "p@ss:w/rd?&", dbname: "app"}
 			golden(t, name+"-secret", readable(credentialSecret(c, appSecretName(c), creds, []byte(fakeCAPEM))))
 		})

@@ -114,8 +114,10 @@ func (r *ClusterReconciler) reconcileConfig(ctx context.Context, c *tuskv1alpha1
 			c.Status.SynchronousQuorum = quorum // in force, confirmed
 		}
 		// An instance that is not running yet starts with the ConfigMap's
-		// configuration; it is sent the configuration once it runs.
-		if m.status == nil || m.status.Phase != instanceapi.PhaseRunning || m.pod.Annotations[AnnotationConfigHash] == hash {
+		// configuration; it is sent the configuration once it runs. One
+		// whose pod is going takes none.
+		if m.status == nil || m.status.Phase != instanceapi.PhaseRunning || m.pod.DeletionTimestamp != nil ||
+			m.pod.Annotations[AnnotationConfigHash] == hash {
 			continue
 		}
 		if primary {

@@ -68,6 +68,8 @@ type ClusterReconciler struct {
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;delete
+// The instance managers' Role grants this; Kubernetes lets only holders grant a right.
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=list
 
 // Reconcile moves one PostgresCluster a step towards its spec: get →
 // deletion → finalizer → phases → one status write.
@@ -159,6 +161,10 @@ func (r *ClusterReconciler) reconcileMembers(ctx context.Context, c *tuskv1alpha
 	var p progress
 	var err error
 	if c.Status.CurrentPrimary != "" {
+		// A primary whose pod is going hands its role over while it can.
+		if err := r.reconcileHandover(ctx, c, v); err != nil {
+			return p, err
+		}
 		// Before anything else: a failed primary's pod must not be
 		// recreated while a replica can take over.
 		if p.failover, err = r.reconcileFailover(ctx, c, v, ic); err != nil || p.failover.underway {

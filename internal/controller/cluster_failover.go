@@ -38,8 +38,10 @@ type failover struct {
 }
 
 // primaryFailure says why the current primary cannot serve, or "" when it
-// may: its pod is gone or going, its instance manager does not answer, or
-// it fenced itself because it lost the primary Lease. A postgres that
+// may: its pod is gone, or going and no longer serving as the primary (a
+// primary whose pod is going but still serves is handed over:
+// reconcileHandover), its instance manager does not answer, or it fenced
+// itself because it lost the primary Lease. A postgres that
 // crashed under a live instance manager is not a failure: the manager
 // restarts it at once, which is faster than any failover, and it keeps the
 // Lease meanwhile. A primary fenced by hand is not one either: the user
@@ -49,7 +51,7 @@ func primaryFailure(c *tuskv1alpha1.PostgresCluster, v *view) string {
 	switch {
 	case p == nil || p.pod == nil:
 		return "its pod is gone"
-	case p.pod.DeletionTimestamp != nil:
+	case p.pod.DeletionTimestamp != nil && !servingAsPrimary(p.status):
 		return "its pod is being deleted"
 	case p.status == nil && p.err != nil:
 		return "its instance manager does not answer (" + p.err.Error() + ")"

@@ -126,18 +126,28 @@ func observeClusterWith(ctx context.Context, r client.Reader, c *tuskv1alpha1.Po
 		}
 	}
 	slices.SortFunc(v.members, func(a, b *member) int { return int(a.serial - b.serial) })
-	fetchStatuses(ctx, v, ic, timeout)
+	fetchStatuses(ctx, v, ic, func(m *member) time.Duration {
+		if m.pod.DeletionTimestamp == nil {
+			return timeout(m.name)
+		}
+		if terminatingPrimaryStatus(c, m) {
+			return lapsedPrimaryStatusTimeout
+		}
+		return 0
+	})
 	return v, nil
 }
 
-func fetchStatuses(ctx context.Context, v *view, ic *instanceClient, timeout func(string) time.Duration) {
+// fetchStatuses asks every instance whose timeout is positive for its
+// status, in parallel.
+func fetchStatuses(ctx context.Context, v *view, ic *instanceClient, timeout func(*member) time.Duration) {
 	var wg sync.WaitGroup
 	for _, m := range v.members {
-		if m.pod == nil || m.pod.Status.PodIP == "" || m.pod.DeletionTimestamp != nil || ic == nil {
+		if m.pod == nil || m.pod.Status.PodIP == "" || ic == nil || timeout(m) <= 0 {
 			continue
 		}
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(ctx, timeout(m.name))
+			ctx, cancel := context.WithTimeout(ctx, timeout(m))
 			defer cancel()
 			st, err := ic.status(ctx, m.pod)
 			if err != nil {

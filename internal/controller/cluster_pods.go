@@ -72,7 +72,7 @@ func instancePodSpec(c *tuskv1alpha1.PostgresCluster, name, managerImage string)
 		Affinity:                      instanceAffinity(c),
 		Tolerations:                   c.Spec.Tolerations,
 		PriorityClassName:             c.Spec.PriorityClassName,
-		TerminationGracePeriodSeconds: ptr.To[int64](60),
+		TerminationGracePeriodSeconds: ptr.To[int64](terminationGracePeriod),
 		EnableServiceLinks:            ptr.To(false),
 		// The token lets the instance manager renew the primary Lease,
 		// the only right its service account has.
@@ -149,6 +149,10 @@ func instanceArgs(c *tuskv1alpha1.PostgresCluster) []string {
 		"--lease-name=" + primaryLeaseName(c),
 		"--socket-dir=" + runMount + "/socket",
 		"--run-dir=" + runMount,
+		// SIGTERM: hand a primary's role over, leave the Services, drain
+		// (docs/high-availability.md).
+		"--handover-wait=" + handoverWait,
+		"--drain-timeout=" + drainTimeout,
 	}
 	args = append(args, leaseArgs(c.Spec.HighAvailability)...)
 	return append(args, archiveArgs(c)...)

@@ -5,6 +5,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -14,9 +15,11 @@ import (
 func instanceServiceAccountName(c *tuskv1alpha1.PostgresCluster) string { return c.Name + "-instance" }
 func primaryLeaseName(c *tuskv1alpha1.PostgresCluster) string           { return c.Name + "-primary" }
 
-// reconcileInstanceAccess gives the instance managers the one right they
-// use: reading and renewing their cluster's primary Lease, which Tusk
-// creates (empty) so they need no right to create Leases.
+// reconcileInstanceAccess gives the instance managers the rights they use:
+// reading and renewing their cluster's primary Lease, which Tusk creates
+// (empty) so they need no right to create Leases; and reading the
+// namespace's EndpointSlices, so that a pod being deleted keeps its
+// address until no Service sends it connections (instance.TerminationOptions).
 func (r *ClusterReconciler) reconcileInstanceAccess(ctx context.Context, c *tuskv1alpha1.PostgresCluster) error {
 	for _, obj := range instanceAccessObjects(c) {
 		if err := r.applyOwned(ctx, c, obj); err != nil {
@@ -40,6 +43,10 @@ func instanceAccessObjects(c *tuskv1alpha1.PostgresCluster) []client.Object {
 				Resources:     []string{"leases"},
 				ResourceNames: []string{primaryLeaseName(c)},
 				Verbs:         []string{"get", "update"},
+			}, {
+				APIGroups: []string{discoveryv1.GroupName},
+				Resources: []string{"endpointslices"},
+				Verbs:     []string{"list"},
 			}},
 		},
 		&rbacv1.RoleBinding{

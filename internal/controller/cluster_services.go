@@ -52,40 +52,41 @@ func service(c *tuskv1alpha1.PostgresCluster, name string, selector map[string]s
 	}
 }
 
-// reconcilePDBs keeps a voluntary disruption (a node drain) from taking the
-// primary, or more than one replica at a time. A single instance has no
-// budget: it would block every drain forever.
+// reconcilePDBs lets a voluntary disruption (a node drain, an eviction)
+// take one instance at a time, and none while any instance is not ready.
+// The primary is not exempt: its manager answers SIGTERM by waiting for a
+// handover, which the operator makes a switchover to a streaming standby
+// (reconcileHandover), so evicting it costs what a switchover costs. A
+// budget that refused to evict the primary would block every drain of its
+// node instead. A single instance has no budget: it would block every
+// drain forever.
 func (r *ClusterReconciler) reconcilePDBs(ctx context.Context, c *tuskv1alpha1.PostgresCluster) error {
-	for _, pdb := range clusterPDBs(c) {
-		if c.Spec.Instances > 1 {
-			if err := r.applyOwned(ctx, c, pdb); err != nil {
-				return err
-			}
-			continue
+	pdb := clusterPDB(c)
+	if c.Spec.Instances > 1 {
+		if err := r.applyOwned(ctx, c, pdb); err != nil {
+			return err
 		}
-		if err := r.Delete(ctx, pdb); err != nil && !apierrors.IsNotFound(err) {
+	} else if err := r.Delete(ctx, pdb); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	// Budgets of earlier versions: one kept the primary from ever being
+	// evicted.
+	for _, name := range []string{c.Name + "-primary", c.Name + "-replicas"} {
+		old := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace}}
+		if err := r.deleteOwned(ctx, c, old); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func clusterPDBs(c *tuskv1alpha1.PostgresCluster) []*policyv1.PodDisruptionBudget {
-	pdb := func(name string, role instanceapi.Role, minAvailable, maxUnavailable *intstr.IntOrString) *policyv1.PodDisruptionBudget {
-		sel := clusterLabels(c)
-		sel[LabelRole] = string(role)
-		return &policyv1.PodDisruptionBudget{
-			ObjectMeta: objectMeta(c, name),
-			Spec: policyv1.PodDisruptionBudgetSpec{
-				Selector:       &metav1.LabelSelector{MatchLabels: sel},
-				MinAvailable:   minAvailable,
-				MaxUnavailable: maxUnavailable,
-			},
-		}
-	}
+func clusterPDB(c *tuskv1alpha1.PostgresCluster) *policyv1.PodDisruptionBudget {
 	one := intstr.FromInt32(1)
-	return []*policyv1.PodDisruptionBudget{
-		pdb(c.Name+"-primary", instanceapi.RolePrimary, &one, nil),
-		pdb(c.Name+"-replicas", instanceapi.RoleReplica, nil, &one),
+	return &policyv1.PodDisruptionBudget{
+		ObjectMeta: objectMeta(c, c.Name),
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			Selector:       &metav1.LabelSelector{MatchLabels: clusterLabels(c)},
+			MaxUnavailable: &one,
+		},
 	}
 }

@@ -160,6 +160,11 @@ func (r *ClusterReconciler) reconcileSwitchover(ctx context.Context, c *tuskv1al
 		// The target normally has the checkpoint already: promoting in
 		// this pass, rather than the next, shortens the write gap.
 		if !waitForWAL(ctx, ic, target, checkpoint) {
+			if old.pod.DeletionTimestamp != nil {
+				// A handover: the old primary's pod is going and cannot be
+				// the primary again; the failover rules pick the successor.
+				return true, nil
+			}
 			return false, r.abortSwitchover(ctx, c, old, ic, fmt.Sprintf("%s did not receive the shutdown checkpoint %s", target.name, checkpoint))
 		}
 		if err := r.promoteAndRepoint(ctx, c, v, target, ic); err != nil {

@@ -22,7 +22,16 @@ func TestPrimaryFailure(t *testing.T) {
 	}{
 		{"healthy", func(*member) {}, ""},
 		{"pod gone", func(p *member) { p.pod = nil }, "gone"},
-		{"pod being deleted", func(p *member) { p.pod.DeletionTimestamp = &metav1.Time{Time: time.Now()} }, "being deleted"},
+		{"pod being deleted, postgres stopped", func(p *member) {
+			p.pod.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+			p.status.Phase, p.status.Role = instanceapi.PhaseStopped, instanceapi.RoleUnknown
+		}, "being deleted"},
+		{"pod being deleted, manager gone", func(p *member) {
+			p.pod.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+			p.status = nil
+		}, "being deleted"},
+		// Still serving: handed over (reconcileHandover), not failed over.
+		{"pod being deleted, still the primary", func(p *member) { p.pod.DeletionTimestamp = &metav1.Time{Time: time.Now()} }, ""},
 		{"manager does not answer", func(p *member) { p.status, p.err = nil, errTest }, "does not answer"},
 		{"fenced itself", func(p *member) { p.status.Phase, p.status.Role = instanceapi.PhaseFenced, instanceapi.RoleUnknown }, "fenced itself"},
 		// The manager restarts a crashed postgres faster than a failover.

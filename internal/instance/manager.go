@@ -73,6 +73,9 @@ type Options struct {
 	Config instanceapi.Config
 	// Timeouts bound each shutdown mode.
 	Timeouts supervisor.Timeouts
+	// Termination says what SIGTERM does: hand a primary's role over,
+	// leave the Services, drain.
+	Termination TerminationOptions
 	// Lease is the primary's Lease; none when its Client is nil.
 	Lease LeaseOptions
 	// RestartBackoff bounds the wait before restarting a crashed postgres.
@@ -213,6 +216,9 @@ type state struct {
 	// recovery is the progress of a recovery bootstrap (replaced, never
 	// changed in place); nil otherwise.
 	recovery *instanceapi.RecoveryStatus
+	// terminating: the manager was asked to stop (SIGTERM); it only waits
+	// for a handover, stops postgres and drains from then on.
+	terminating bool
 }
 
 // operation is work that must not overlap with supervision: role changes,
@@ -354,10 +360,14 @@ func (m *Manager) prepareDataDir(ctx context.Context) error {
 }
 
 // supervise keeps postgres running, restarting it after unexpected exits,
-// and runs operations in between.
+// and runs operations in between. When ctx is cancelled (SIGTERM) it
+// terminates the instance (terminate), after a handover when one may come:
+// the work that takes runs on, under a context of its own.
 func (m *Manager) supervise(ctx context.Context) error {
+	stop := ctx.Done()
+	ctx = context.WithoutCancel(ctx)
 	var backoff time.Duration
-	var restartAt <-chan time.Time
+	var restartAt, handoverDeadline <-chan time.Time
 	poll := time.NewTicker(cmp.Or(m.opts.SecretsPollInterval, DefaultSecretsPollInterval))
 	defer poll.Stop()
 	leaseTick, stopLeaseTick := m.startLeaseTicker()
@@ -375,11 +385,24 @@ func (m *Manager) supervise(ctx context.Context) error {
 	}
 	for {
 		select {
-		case <-ctx.Done():
-			return m.shutdown(ctx)
+		case <-stop:
+			stop = nil
+			if !m.beginTermination(ctx) {
+				return m.terminate(ctx)
+			}
+			handoverDeadline = time.After(m.opts.Termination.HandoverWait)
+		case <-handoverDeadline:
+			m.log.Info("No handover came; shutting down as the primary", "waited", m.opts.Termination.HandoverWait.String())
+			return m.terminate(ctx)
 		case <-m.exited():
+			if m.snapshot().terminating {
+				return m.terminate(ctx) // no restart: the pod is going
+			}
 			restartAt, backoff = m.afterCrash(ctx, backoff)
 		case <-restartAt:
+			if m.snapshot().terminating {
+				continue
+			}
 			restartAt, backoff = m.restart(ctx, backoff)
 		case <-leaseTick:
 			m.keepLease(ctx)
@@ -388,9 +411,16 @@ func (m *Manager) supervise(ctx context.Context) error {
 				m.log.Error(err, "Checking the mounted Secrets")
 			}
 		case op := <-m.ops:
+			if m.snapshot().terminating && op.name != opStepDown {
+				op.result <- operationResult{nil, errTerminating}
+				continue
+			}
 			m.log.Info("Running an operation", "operation", op.name)
 			value, err := op.fn(ctx)
 			op.result <- operationResult{value, err}
+			if m.handedOver() {
+				return m.terminate(ctx)
+			}
 			if err == nil {
 				backoff = 0
 			}
@@ -399,32 +429,6 @@ func (m *Manager) supervise(ctx context.Context) error {
 			}
 		}
 	}
-}
-
-// shutdown stops postgres when the manager is asked to stop (SIGTERM: the
-// pod is being deleted). A primary stops fast: a smart shutdown would wait
-// for every session, and a writer's pooled sessions would hold the pod for
-// the whole smart timeout; fast still sends every WAL record, the shutdown
-// checkpoint included, to the connected standbys before postgres exits.
-// It then releases the Lease, so the operator can fail over at once
-// instead of waiting for it to expire. A replica takes no writes and
-// nothing waits on it: its read-only sessions may finish, up to the smart
-// timeout, before fast mode ends them.
-func (m *Manager) shutdown(ctx context.Context) error {
-	if m.snapshot().role != instanceapi.RolePrimary {
-		return m.stopPostgres(supervisor.Smart)
-	}
-	if err := m.stopPostgres(supervisor.Fast); err != nil {
-		return err // postgres may still run: keep the Lease
-	}
-	if m.lease == nil {
-		return nil
-	}
-	// ctx is cancelled already; release bounds itself by the renewal period.
-	if err := m.lease.release(context.WithoutCancel(ctx)); err != nil {
-		m.log.Error(err, "Releasing the primary Lease on shutdown")
-	}
-	return nil
 }
 
 // running says a postmaster is running (or starting).

@@ -19,6 +19,7 @@ func (m *Manager) Status(ctx context.Context) instanceapi.Status {
 		Phase:        st.phase,
 		Role:         instanceapi.RoleUnknown,
 		Fenced:       st.fencedByHand,
+		Terminating:  st.terminating,
 		Restarts:     st.restarts,
 		CrashStreak:  st.currentCrashStreak(time.Now()),
 		LastError:    st.lastError,

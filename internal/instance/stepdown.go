@@ -14,6 +14,10 @@ import (
 	"tusk.dev/tusk/internal/instanceapi"
 )
 
+// opStepDown names the step-down operation: the one a terminating manager
+// still runs (a handover).
+const opStepDown = "step-down"
+
 // StepDown is the first half of a switchover: the primary shuts down
 // cleanly, which makes PostgreSQL send every WAL record (the shutdown
 // checkpoint included) to the connected standbys and wait until they have
@@ -22,7 +26,7 @@ import (
 // result names that checkpoint, so the operator can check the standby it
 // promotes has it.
 func (m *Manager) StepDown(ctx context.Context, up instanceapi.Upstream) (instanceapi.StepDownResult, error) {
-	v, err := m.do(ctx, "step-down", func(ctx context.Context) (any, error) {
+	v, err := m.do(ctx, opStepDown, func(ctx context.Context) (any, error) {
 		if st := m.snapshot(); st.role != instanceapi.RolePrimary {
 			return instanceapi.StepDownResult{}, errors.New("this instance is not the primary")
 		}
@@ -49,6 +53,10 @@ func (m *Manager) StepDown(ctx context.Context, up instanceapi.Upstream) (instan
 			if err := m.lease.release(ctx); err != nil {
 				m.log.Error(err, "Releasing the primary Lease after stepping down")
 			}
+		}
+		if m.snapshot().terminating {
+			// A handover: the pod is going, postgres stays stopped.
+			return res, nil
 		}
 		return res, m.startPostgres(ctx)
 	})

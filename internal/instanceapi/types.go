@@ -168,6 +168,11 @@ type Status struct {
 	// the start before it: a crash loop, as opposed to separate faults. It
 	// is 0 once postgres has run for 30 s.
 	CrashStreak int `json:"crashStreak,omitempty"`
+	// Terminating says the manager was asked to stop (its pod is being
+	// deleted or evicted). A primary that says so keeps serving while it
+	// waits, for a while, for the operator to hand its role over to a
+	// standby (POST /v1/stepdown); see docs/high-availability.md.
+	Terminating bool `json:"terminating,omitempty"`
 	// LastError is the last thing that went wrong, for humans.
 	LastError string `json:"lastError,omitempty"`
 }
