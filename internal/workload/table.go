@@ -37,6 +37,11 @@ func insertSQL(table string) string {
 	RETURNING server, committed_at, lsn::text`
 }
 
+// readSQL is an ordinary reader's query: which server answered, when, and
+// how far it has replayed (or written, on a primary).
+const readSQL = `SELECT coalesce(host(inet_server_addr()), 'local'), clock_timestamp(),
+	coalesce(pg_last_wal_replay_lsn(), pg_current_wal_lsn())::text`
+
 func selectSQL(table string) string {
 	return `SELECT run, client, seq, server, committed_at FROM ` + table
 }

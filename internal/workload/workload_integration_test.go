@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"tusk.dev/tusk/internal/testenv"
 )
 
@@ -266,4 +268,69 @@ func tusk(t *testing.T, args ...string) ([]byte, error) {
 		t.Logf("tusk %v stderr:\n%s", args, stderr.String())
 	}
 	return stdout.Bytes(), err
+}
+
+// sessions is how many sessions the server's app database has had
+// (pg_stat_database.sessions).
+func sessions(t *testing.T, pg *pgServer) int64 {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), pg.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	var n int64
+	if err := conn.QueryRow(context.Background(), "SELECT sessions FROM pg_stat_database WHERE datname = current_database()").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestOrdinaryClient: an ordinary client opens a session for every
+// INSERT, and nothing bounds its connection attempts or statements: a
+// Timeout so short that a tuned client could connect nowhere is ignored.
+func TestOrdinaryClient(t *testing.T) {
+	pg := startPGServer(t)
+	ledger := filepath.Join(t.TempDir(), "ledger")
+	before := sessions(t, pg)
+	rep, err := Write(context.Background(), WriteOptions{DSN: pg.DSN(), Clients: 2, Duration: 2 * time.Second, Table: "ordinary",
+		Ledger: ledger, Ordinary: true, Timeout: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Acknowledged < 20 || rep.Unknown != 0 || len(rep.Errors) != 0 {
+		t.Fatalf("writer report %+v", rep)
+	}
+	// The table's creation had a session of its own.
+	if opened := sessions(t, pg) - before; opened < rep.Attempted+1 {
+		t.Errorf("%d sessions for %d INSERTs: not one per statement", opened, rep.Attempted)
+	}
+	check := mustCheck(t, pg, "ordinary", ledger, CheckOptions{})
+	if !check.OK || int64(check.Rows) != rep.Acknowledged {
+		t.Fatalf("check %+v", check)
+	}
+}
+
+// TestOrdinaryReader: in read mode the clients write nothing and create
+// no table; every answered query is an acknowledgement.
+func TestOrdinaryReader(t *testing.T) {
+	pg := startPGServer(t)
+	ledger := filepath.Join(t.TempDir(), "ledger")
+	rep, err := Write(context.Background(), WriteOptions{DSN: pg.DSN(), Clients: 1, Duration: time.Second, Table: "never_created",
+		Ledger: ledger, Ordinary: true, Read: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Acknowledged < 10 || rep.Acknowledged != rep.Attempted || rep.Servers["127.0.0.1"] != rep.Acknowledged {
+		t.Fatalf("reader report %+v", rep)
+	}
+	conn, err := pgx.Connect(context.Background(), pg.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	var exists bool
+	if err := conn.QueryRow(context.Background(), "SELECT to_regclass('never_created') IS NOT NULL").Scan(&exists); err != nil || exists {
+		t.Fatalf("the reader created its table (%t, %v)", exists, err)
+	}
 }

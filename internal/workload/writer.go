@@ -33,7 +33,23 @@ type WriteOptions struct {
 	SyncEvery time.Duration
 	// GapThreshold: gaps longer than this are listed; default 1 s.
 	GapThreshold time.Duration
+	// Ordinary makes each client behave as an ordinary application or
+	// script does with libpq's defaults: a new connection for every
+	// statement, no connect timeout and no statement timeout (Timeout is
+	// ignored), and a fixed wait of Backoff after an error. Its write gaps
+	// are what such an application sees; the tuned client's are not.
+	Ordinary bool
+	// Interval is an ordinary client's pause between two statements.
+	Interval time.Duration
+	// Read makes the clients read instead of write: readSQL, whose
+	// answers the ledger records as acknowledgements, so that its gaps
+	// are read gaps. Nothing is written; the table is not created.
+	Read bool
 }
+
+// ordinaryDrain is how long an ordinary client's statement in flight may
+// still run after the run ended: it has no timeout of its own.
+const ordinaryDrain = 30 * time.Second
 
 func (o *WriteOptions) defaults() error {
 	if o.Clients <= 0 {
@@ -84,6 +100,9 @@ type writer struct {
 	opts   WriteOptions
 	table  string
 	ledger *LedgerWriter
+	// statements is the context an ordinary client's statements run in:
+	// cancelled ordinaryDrain after the run ended.
+	statements context.Context
 
 	mu   sync.Mutex
 	rep  WriteReport
@@ -113,6 +132,11 @@ func Write(ctx context.Context, opts WriteOptions) (*WriteReport, error) {
 		ctx, cancel = context.WithTimeout(ctx, opts.Duration)
 		defer cancel()
 	}
+	var cancelStatements context.CancelFunc
+	w.statements, cancelStatements = context.WithCancel(context.Background())
+	defer cancelStatements()
+	stopDrain := context.AfterFunc(ctx, func() { time.AfterFunc(ordinaryDrain, cancelStatements) })
+	defer stopDrain()
 	err = w.run(ctx)
 	w.rep.Ended = time.Now()
 	w.rep.Gaps = w.gaps.report()
@@ -121,16 +145,22 @@ func Write(ctx context.Context, opts WriteOptions) (*WriteReport, error) {
 }
 
 func (w *writer) run(ctx context.Context) error {
-	if err := w.createTable(ctx); err != nil {
-		return err
+	if !w.opts.Read {
+		if err := w.createTable(ctx); err != nil {
+			return err
+		}
 	}
 	if err := w.ledger.Append(Record{Kind: KindBegin, Run: w.rep.Run, At: time.Now(),
 		Table: w.opts.Table, Clients: w.opts.Clients}); err != nil {
 		return err
 	}
+	client := w.client
+	if w.opts.Ordinary {
+		client = w.ordinaryClient
+	}
 	var wg sync.WaitGroup
 	for id := 1; id <= w.opts.Clients; id++ {
-		wg.Go(func() { w.client(ctx, id) })
+		wg.Go(func() { client(ctx, id) })
 	}
 	wg.Wait()
 	return w.ledger.Sync()
@@ -159,8 +189,10 @@ func (w *writer) tryCreateTable(ctx context.Context) error {
 		return err
 	}
 	defer closeConn(conn)
-	tctx, cancel := context.WithTimeout(ctx, w.opts.Timeout)
+	tctx, cancel := w.statementContext()
 	defer cancel()
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
 	_, err = conn.Exec(tctx, createTableSQL(w.table))
 	return err
 }
@@ -205,6 +237,34 @@ func (w *writer) client(ctx context.Context, id int) {
 	}
 }
 
+// ordinaryClient runs one statement per new connection until ctx is
+// done, as an application with libpq's defaults does: nothing bounds a
+// connection attempt but the kernel's own SYN retries.
+func (w *writer) ordinaryClient(ctx context.Context, id int) {
+	var warning string
+	for seq := int64(1); ctx.Err() == nil; seq++ {
+		conn, err := w.connect(ctx, &warning)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			w.countError("connect_" + ErrorKind(err))
+			sleep(ctx, w.opts.Backoff)
+			continue
+		}
+		err = w.insert(conn, id, seq, &warning)
+		closeConn(conn)
+		switch {
+		case errors.Is(err, errLedger):
+			return
+		case err != nil:
+			sleep(ctx, w.opts.Backoff)
+		default:
+			sleep(ctx, w.opts.Interval)
+		}
+	}
+}
+
 var errLedger = errors.New("ledger")
 
 // insert makes one attempt and records it. It is not cut short by the end
@@ -215,11 +275,17 @@ func (w *writer) insert(conn *pgx.Conn, id int, seq int64, warning *string) erro
 		return fmt.Errorf("%w: %w", errLedger, err)
 	}
 	w.count(func(r *WriteReport) { r.Attempted++ })
-	ctx, cancel := context.WithTimeout(context.Background(), w.opts.Timeout)
+	ctx, cancel := w.statementContext()
 	defer cancel()
 	*warning = ""
 	rec := Record{Run: run, Client: id, Seq: seq}
-	err := conn.QueryRow(ctx, insertSQL(w.table), run, id, seq).Scan(&rec.Server, &rec.ServerTime, &rec.LSN)
+	var row pgx.Row
+	if w.opts.Read {
+		row = conn.QueryRow(ctx, readSQL)
+	} else {
+		row = conn.QueryRow(ctx, insertSQL(w.table), run, id, seq)
+	}
+	err := row.Scan(&rec.Server, &rec.ServerTime, &rec.LSN)
 	switch {
 	case err == nil:
 		rec.Kind, rec.Warning = KindAck, *warning
@@ -237,6 +303,15 @@ func (w *writer) insert(conn *pgx.Conn, id int, seq int64, warning *string) erro
 		return fmt.Errorf("%w: %w", errLedger, lerr)
 	}
 	return err
+}
+
+// statementContext bounds one statement: by Timeout, or for an ordinary
+// client by nothing but the end of the run's drain.
+func (w *writer) statementContext() (context.Context, context.CancelFunc) {
+	if w.opts.Ordinary {
+		return context.WithCancel(w.statements)
+	}
+	return context.WithTimeout(context.Background(), w.opts.Timeout)
 }
 
 // acked counts an acknowledgement and returns its time, taken under the
@@ -271,8 +346,12 @@ func (w *writer) connect(ctx context.Context, warning *string) (*pgx.Conn, error
 	if err != nil {
 		return nil, fmt.Errorf("while parsing the DSN: %w", err)
 	}
-	cfg.ConnectTimeout = w.opts.Timeout
 	cfg.RuntimeParams["application_name"] = "tusk-workload"
+	if w.opts.Ordinary {
+		// libpq's default: no connect_timeout, unless the DSN sets one.
+		return pgx.ConnectConfig(ctx, cfg)
+	}
+	cfg.ConnectTimeout = w.opts.Timeout
 	if warning != nil {
 		cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
 			if n.Severity == "WARNING" {
