@@ -165,10 +165,10 @@ chaos: images deploy ## Chaos test (docs/chaos.md): random faults under the work
 		$(GOTESTSUM) --format standard-verbose -- $(E2E_FLAGS) -tags e2e -run '^TestChaos$$' ./test/e2e/
 
 .PHONY: bench-ha
-bench-ha: images deploy ## HA figures (docs/chaos.md): the write gap of a switchover and of a deleted primary pod under load.
+bench-ha: images deploy ## HA figures (docs/chaos.md): write gaps of a switchover, a deleted and an evicted primary, for the tuned and the ordinary (libpq defaults) client; the read gap of a deleted replica.
 	@mkdir -p $(E2E_ARTIFACTS)
 	E2E_ARTIFACTS=$(E2E_ARTIFACTS) go test $(E2E_FLAGS) -tags e2e -v \
-		-run '^Test(SwitchoverUnderLoad|PrimaryPodDeletedUnderLoad)$$' ./test/e2e/ | tee $(E2E_ARTIFACTS)/bench-ha.log
+		-run '^Test(SwitchoverUnderLoad|PrimaryPodDeletedUnderLoad|PrimaryEvictedUnderLoad|ReplicaDeletedUnderReader)$$' ./test/e2e/ | tee $(E2E_ARTIFACTS)/bench-ha.log
 	@grep -o 'figure: .*' $(E2E_ARTIFACTS)/bench-ha.log
 
 .PHONY: demo

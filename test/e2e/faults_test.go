@@ -26,6 +26,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -51,6 +53,24 @@ func deletePrimaryPod(t *testing.T, ns, cluster string) string {
 	if err := clientset.CoreV1().Pods(ns).Delete(context.Background(), primary, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("deleting the primary's pod %s: %v", primary, err)
 	}
+	return primary
+}
+
+// evictPrimaryPod evicts the primary's pod through the eviction API, as
+// kubectl drain does; a PodDisruptionBudget that refuses it (429) is
+// asked again, as drain does, until it allows it.
+func evictPrimaryPod(t *testing.T, ns, cluster string) string {
+	t.Helper()
+	primary := currentPrimary(t, ns, cluster)
+	eviction := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: primary, Namespace: ns}}
+	eventuallyEvery(t, time.Minute, 500*time.Millisecond, "the eviction of the primary's pod "+primary, func(ctx context.Context) (bool, error) {
+		err := clientset.PolicyV1().Evictions(ns).Evict(ctx, eviction)
+		if apierrors.IsTooManyRequests(err) {
+			t.Logf("eviction of %s refused for now: %v", primary, err)
+			return false, nil
+		}
+		return err == nil, err
+	})
 	return primary
 }
 

@@ -254,12 +254,16 @@ func (tl *failoverTimeline) stop() {
 	tl.done.Wait()
 }
 
-// log stops the watches and prints the steps from start to end, with the
-// writer's view of the same time from its ledger, relative to start.
-func (tl *failoverTimeline) log(t *testing.T, start, end time.Time, recs []workload.Record) {
+// log stops the watches and prints the steps from start to end, with each
+// client's view of the same time from its ledger (by the client's name),
+// relative to start.
+func (tl *failoverTimeline) log(t *testing.T, start, end time.Time, ledgers map[string][]workload.Record) {
 	t.Helper()
 	tl.stop()
-	steps := append(slices.Clone(tl.steps), tl.writerSteps(recs, start, end)...)
+	steps := slices.Clone(tl.steps)
+	for who, recs := range ledgers {
+		steps = append(steps, tl.writerSteps(who, recs, start, end)...)
+	}
 	slices.SortStableFunc(steps, func(a, b timelineStep) int { return a.at.Compare(b.at) })
 	var b strings.Builder
 	for _, s := range steps {
@@ -274,14 +278,14 @@ func (tl *failoverTimeline) log(t *testing.T, start, end time.Time, recs []workl
 // writerSteps are, around the longest write gap in [start, end]: the last
 // acknowledgement before it and the first after it, with the server that
 // gave each, and the first error of each kind in between.
-func (tl *failoverTimeline) writerSteps(recs []workload.Record, start, end time.Time) []timelineStep {
+func (tl *failoverTimeline) writerSteps(who string, recs []workload.Record, start, end time.Time) []timelineStep {
 	before, after, ok := gapBounds(recs, start, end)
 	if !ok {
 		return nil
 	}
 	steps := []timelineStep{
-		{before.At, "writer: last ack before the gap, from " + tl.podName(before.Server)},
-		{after.At, "writer: first ack after the gap, from " + tl.podName(after.Server)},
+		{before.At, who + ": last ack before the gap, from " + tl.podName(before.Server)},
+		{after.At, who + ": first ack after the gap, from " + tl.podName(after.Server)},
 	}
 	first, count := map[string]time.Time{}, map[string]int{}
 	for _, r := range recs {
@@ -292,7 +296,7 @@ func (tl *failoverTimeline) writerSteps(recs []workload.Record, start, end time.
 		}
 	}
 	for kind, at := range first {
-		steps = append(steps, timelineStep{at, fmt.Sprintf("writer: first %s error (%d in the gap)", kind, count[kind])})
+		steps = append(steps, timelineStep{at, fmt.Sprintf("%s: first %s error (%d in the gap)", who, kind, count[kind])})
 	}
 	return steps
 }

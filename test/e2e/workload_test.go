@@ -31,6 +31,15 @@ const (
 	workloadClients = 8
 	workloadLedger  = "/ledger/ledger.jsonl"
 	workloadBinary  = "/tusk-bin/tusk"
+	// The ordinary client (workload write --ordinary): one INSERT per new
+	// connection with libpq's defaults, no timeout, as most applications
+	// and scripts write; its own table and ledger.
+	ordinaryContainer = "ordinary"
+	ordinaryLedger    = "/ledger/ordinary.jsonl"
+	ordinaryTable     = "tusk_workload_ordinary"
+	// ordinaryAcks is how many more acknowledgements of the ordinary
+	// client WaitAcks waits for: the proof that it writes again too.
+	ordinaryAcks = 10
 	// splitBrainWindow: one node, one clock, no skew (docs/workload.md).
 	splitBrainWindow = "5s"
 )
@@ -40,7 +49,14 @@ const (
 // environment and volumes) runs the checker and reads the ledger.
 type workloadWriter struct {
 	ns, cluster string
-	stopped     *workload.WriteReport
+	// pod is the workload pod this client runs in.
+	pod string
+	// container runs this writer; ledger and table are its own.
+	container, ledger, table string
+	// ordinary is the ordinary client writing beside the tuned one, in
+	// the same pod (nil for the ordinary client itself).
+	ordinary *workloadWriter
+	stopped  *workload.WriteReport
 	// maxLost is the checker's --max-lost: 0 (synchronous mode) unless
 	// the test bounds the loss itself (assertBoundedLoss).
 	maxLost int
@@ -53,10 +69,20 @@ func startWorkload(t *testing.T, ns, cluster string) *workloadWriter {
 	t.Helper()
 	createPod(t, ns, workloadPod(ns, cluster))
 	waitPodReady(t, ns, workloadPodName, 2*time.Minute)
-	w := &workloadWriter{ns: ns, cluster: cluster}
+	w := &workloadWriter{ns: ns, cluster: cluster, pod: workloadPodName, container: "writer", ledger: workloadLedger, table: "tusk_workload",
+		ordinary: &workloadWriter{ns: ns, cluster: cluster, pod: workloadPodName, container: ordinaryContainer, ledger: ordinaryLedger, table: ordinaryTable}}
 	w.WaitAcks(t, 50, 2*time.Minute)
 	return w
 }
+
+// ledgers reads both clients' ledgers, by client name.
+func (w *workloadWriter) ledgers(t *testing.T) map[string][]workload.Record {
+	t.Helper()
+	return map[string][]workload.Record{"writer": w.Ledger(t), "ordinary": w.ordinary.Ledger(t)}
+}
+
+// writers are the tuned writer and the ordinary client beside it.
+func (w *workloadWriter) writers() []*workloadWriter { return []*workloadWriter{w, w.ordinary} }
 
 // workloadPod is the writer pod: the tusk binary is copied from the operator
 // image by an init container, as the instance pods get it; the DSN names
@@ -73,9 +99,17 @@ func workloadPod(ns, cluster string) *corev1.Pod {
 	writer.VolumeMounts = append(writer.VolumeMounts,
 		corev1.VolumeMount{Name: "tusk-bin", MountPath: "/tusk-bin", ReadOnly: true},
 		corev1.VolumeMount{Name: "ledger", MountPath: "/ledger"})
+	ordinary := *writer.DeepCopy()
+	ordinary.Name = ordinaryContainer
+	ordinary.Command = []string{workloadBinary, "workload", "write", "--ordinary", "--duration", "0", "--clients", "1",
+		"--table", ordinaryTable, "--ledger", ordinaryLedger,
+		// A script's pause between statements, and after an error.
+		"--interval", "20ms", "--backoff", "50ms"}
+	// libpq's default: no connect timeout (appClientPod sets one).
+	ordinary.Env = slices.DeleteFunc(slices.Clone(ordinary.Env), func(e corev1.EnvVar) bool { return e.Name == "PGCONNECT_TIMEOUT" })
 	tools := *writer.DeepCopy()
 	tools.Name, tools.Command = "tools", []string{"sleep", "infinity"}
-	pod.Spec.Containers = append(pod.Spec.Containers, tools)
+	pod.Spec.Containers = append(pod.Spec.Containers, ordinary, tools)
 	pod.Spec.InitContainers = []corev1.Container{{
 		Name: "bootstrap-copy", Image: operatorImage, ImagePullPolicy: corev1.PullIfNotPresent,
 		Args:            []string{"instance", "bootstrap-copy", "--dest", workloadBinary},
@@ -88,10 +122,48 @@ func workloadPod(ns, cluster string) *corev1.Pod {
 	return pod
 }
 
+const (
+	readerPodName = "reader"
+	readerLedger  = "/ledger/reader.jsonl"
+)
+
+// startReader starts an ordinary reader (workload write --ordinary
+// --read: a query per new connection, libpq's defaults) through the
+// cluster's -ro Service, and waits for its first answers. Its ledger's
+// acknowledgements are answered reads; it has no rows to check.
+func startReader(t *testing.T, ns, cluster string) *workloadWriter {
+	t.Helper()
+	pod := workloadPod(ns, cluster)
+	pod.Name = readerPodName
+	var containers []corev1.Container
+	for _, c := range pod.Spec.Containers {
+		switch c.Name {
+		case ordinaryContainer:
+			c.Name = "reader"
+			c.Command = []string{workloadBinary, "workload", "write", "--ordinary", "--read", "--duration", "0", "--clients", "1",
+				"--ledger", readerLedger, "--interval", "20ms", "--backoff", "50ms"}
+			for i := range c.Env {
+				if c.Env[i].Name == "TUSK_WORKLOAD_DSN" {
+					c.Env[i].Value = serviceConninfo(ns, cluster+"-ro")
+				}
+			}
+			containers = append(containers, c)
+		case "tools":
+			containers = append(containers, c)
+		}
+	}
+	pod.Spec.Containers = containers
+	createPod(t, ns, pod)
+	waitPodReady(t, ns, readerPodName, 2*time.Minute)
+	r := &workloadWriter{ns: ns, cluster: cluster, pod: readerPodName, container: "reader", ledger: readerLedger}
+	r.waitAcks(t, 50, 2*time.Minute)
+	return r
+}
+
 // exec runs a command in the workload pod's container and returns its
 // standard output.
 func (w *workloadWriter) exec(ctx context.Context, container string, command ...string) (string, error) {
-	args := append([]string{"exec", "-n", w.ns, workloadPodName, "-c", container, "--"}, command...)
+	args := append([]string{"exec", "-n", w.ns, w.pod, "-c", container, "--"}, command...)
 	return kubectl(ctx, args...)
 }
 
@@ -101,23 +173,32 @@ func (w *workloadWriter) Acks(ctx context.Context) (int, error) {
 	defer cancel()
 	// grep -c exits 1 when it counts nothing: the output still says 0.
 	// Through cat, a ledger the writer has not created yet counts 0 too.
-	out, err := w.exec(ctx, "tools", "sh", "-c", `cat `+workloadLedger+` 2>/dev/null | grep -c '"k":"ack"' || true`)
+	out, err := w.exec(ctx, "tools", "sh", "-c", `cat `+w.ledger+` 2>/dev/null | grep -c '"k":"ack"' || true`)
 	if err != nil {
 		return 0, fmt.Errorf("counting the acknowledgements in the ledger: %w", err)
 	}
 	return strconv.Atoi(strings.TrimSpace(out))
 }
 
-// WaitAcks waits until the writer has acknowledged n more writes than now:
-// the proof that writes go through (again).
+// WaitAcks waits until the writer has acknowledged n more writes than now,
+// and the ordinary client beside it ordinaryAcks more: the proof that
+// writes go through (again) for both.
 func (w *workloadWriter) WaitAcks(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
+	w.waitAcks(t, n, timeout)
+	if w.ordinary != nil {
+		w.ordinary.waitAcks(t, ordinaryAcks, timeout)
+	}
+}
+
+func (w *workloadWriter) waitAcks(t *testing.T, n int, timeout time.Duration) {
 	t.Helper()
 	w.checkRunning(t)
 	from, err := w.Acks(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventuallyEvery(t, timeout, time.Second, fmt.Sprintf("%d more acknowledged writes (from %d)", n, from),
+	eventuallyEvery(t, timeout, time.Second, fmt.Sprintf("%d more acknowledged writes of the %s client (from %d)", n, w.container, from),
 		func(ctx context.Context) (bool, error) {
 			now, err := w.Acks(ctx)
 			return now >= from+n, err
@@ -138,20 +219,20 @@ func (w *workloadWriter) checkRunning(t *testing.T) {
 
 func (w *workloadWriter) writerState(t *testing.T) corev1.ContainerState {
 	t.Helper()
-	p, err := clientset.CoreV1().Pods(w.ns).Get(context.Background(), workloadPodName, metav1.GetOptions{})
+	p, err := clientset.CoreV1().Pods(w.ns).Get(context.Background(), w.pod, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("reading the workload pod: %v", err)
 	}
-	i := slices.IndexFunc(p.Status.ContainerStatuses, func(s corev1.ContainerStatus) bool { return s.Name == "writer" })
+	i := slices.IndexFunc(p.Status.ContainerStatuses, func(s corev1.ContainerStatus) bool { return s.Name == w.container })
 	if i < 0 {
-		t.Fatalf("the workload pod has no writer container status: %+v", p.Status.ContainerStatuses)
+		t.Fatalf("the workload pod has no %s container status: %+v", w.container, p.Status.ContainerStatuses)
 	}
 	return p.Status.ContainerStatuses[i].State
 }
 
 func (w *workloadWriter) writerLogs(t *testing.T) string {
 	t.Helper()
-	out, err := clientset.CoreV1().Pods(w.ns).GetLogs(workloadPodName, &corev1.PodLogOptions{Container: "writer"}).
+	out, err := clientset.CoreV1().Pods(w.ns).GetLogs(w.pod, &corev1.PodLogOptions{Container: w.container}).
 		DoRaw(context.Background())
 	if err != nil {
 		t.Fatalf("reading the workload writer's logs: %v", err)
@@ -167,7 +248,7 @@ func (w *workloadWriter) Stop(t *testing.T) *workload.WriteReport {
 	w.checkRunning(t)
 	ctx, cancel := context.WithTimeout(context.Background(), sqlTimeout)
 	defer cancel()
-	if out, err := w.exec(ctx, "writer", "sh", "-c", "kill -TERM 1"); err != nil {
+	if out, err := w.exec(ctx, w.container, "sh", "-c", "kill -TERM 1"); err != nil {
 		t.Fatalf("stopping the workload writer: %v\n%s", err, out)
 	}
 	var code int32
@@ -187,8 +268,8 @@ func (w *workloadWriter) Stop(t *testing.T) *workload.WriteReport {
 		t.Errorf("the workload writer exited with code %d: %s", code, logs)
 	}
 	w.stopped = rep
-	t.Logf("workload writer: %d attempted, %d acknowledged, %d unknown, %d rejected; errors %v; acks by server %v",
-		rep.Attempted, rep.Acknowledged, rep.Unknown, rep.Rejected, rep.Errors, rep.Servers)
+	t.Logf("workload %s client: %d attempted, %d acknowledged, %d unknown, %d rejected; errors %v; acks by server %v",
+		w.container, rep.Attempted, rep.Acknowledged, rep.Unknown, rep.Rejected, rep.Errors, rep.Servers)
 	return rep
 }
 
@@ -211,7 +292,7 @@ func (w *workloadWriter) Check(t *testing.T) *workload.CheckReport {
 		out string
 		err error
 	)
-	args := []string{workloadBinary, "workload", "check", "--ledger", workloadLedger, "--split-brain-window", splitBrainWindow,
+	args := []string{workloadBinary, "workload", "check", "--ledger", w.ledger, "--table", w.table, "--split-brain-window", splitBrainWindow,
 		"--max-lost", strconv.Itoa(w.maxLost)}
 	if w.stopped == nil {
 		args = append(args, "--live")
@@ -243,7 +324,7 @@ func (w *workloadWriter) Ledger(t *testing.T) []workload.Record {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, err := w.exec(ctx, "tools", "cat", workloadLedger)
+	out, err := w.exec(ctx, "tools", "cat", w.ledger)
 	if err != nil {
 		t.Fatalf("reading the ledger: %v", err)
 	}
