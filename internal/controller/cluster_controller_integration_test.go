@@ -22,8 +22,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 	"tusk.dev/tusk/internal/pki"
@@ -151,10 +153,41 @@ func TestNewClusterCreatesItsObjects(t *testing.T) {
 	for _, name := range []string{"pg-ca", "pg-config"} {
 		checkOwnedBy(t, get(t, ns, name, &corev1.ConfigMap{}), c)
 	}
-	for _, name := range []string{"pg-primary", "pg-replicas"} {
-		checkOwnedBy(t, get(t, ns, name, &policyv1.PodDisruptionBudget{}), c)
+	pdb := get(t, ns, "pg", &policyv1.PodDisruptionBudget{})
+	checkOwnedBy(t, pdb, c)
+	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 || pdb.Spec.MinAvailable != nil {
+		t.Errorf("the PodDisruptionBudget allows %v unavailable (min available %v), want one instance at a time", pdb.Spec.MaxUnavailable, pdb.Spec.MinAvailable)
 	}
 	waitForEvent(t, ns, "CreatedInstance", "pg-1")
+}
+
+// TestEarlierBudgetsAreReplaced: the budgets of earlier versions, one of
+// which kept the primary from ever being evicted, are deleted when Tusk
+// made them, and kept when the user did.
+func TestEarlierBudgetsAreReplaced(t *testing.T) {
+	ns := newNamespace(t)
+	c := newCluster(ns)
+	create(t, c)
+	get(t, ns, "pg", &policyv1.PodDisruptionBudget{}) // reconciled once
+	c = get(t, ns, "pg", &tuskv1alpha1.PostgresCluster{})
+	one := intstr.FromInt32(1)
+	mine := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "pg-primary", Namespace: ns},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tusk.dev/cluster": "pg"}}}}
+	if err := controllerutil.SetControllerReference(c, mine, env.Client.Scheme()); err != nil {
+		t.Fatal(err)
+	}
+	users := mine.DeepCopy()
+	users.Name, users.OwnerReferences = "pg-replicas", nil
+	create(t, mine)
+	create(t, users)
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(mine), &policyv1.PodDisruptionBudget{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the earlier budget %s is still there (%v)", mine.Name, err)
+		}
+		return nil
+	})
+	get(t, ns, "pg-replicas", &policyv1.PodDisruptionBudget{}) // the user's stays
 }
 
 func checkLabels(t *testing.T, what string, got, want map[string]string) {
