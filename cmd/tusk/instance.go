@@ -208,18 +208,23 @@ func newInstanceRunCommand() *cobra.Command {
 	fl.DurationVar(&o.Lease.FenceMargin, "lease-fence-margin", instance.DefaultLeaseFenceMargin,
 		"a primary that could not renew stops postgres this long before its Lease could expire")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for the Lease and the EndpointSlices (the pod's service account when empty)")
-	fl.DurationVar(&o.Termination.HandoverWait, "handover-wait", 0,
-		"on SIGTERM, how long a primary with a streaming standby keeps serving while it waits for the operator to switch over (0: shut down at once)")
-	fl.DurationVar(&o.Termination.DrainTimeout, "drain-timeout", 0,
-		"on SIGTERM, how long to wait for the Services (EndpointSlices) to stop sending connections here, before and after postgres stops (0: no wait)")
-	fl.DurationVar(&o.Termination.DrainQuiet, "drain-quiet", 2*time.Second,
-		"after the EndpointSlices stopped sending connections here, and after the last one refused, how long to wait before exiting")
+	addTerminationFlags(fl, &o.Termination)
 	f.archive.add(fl)
 	f.recovery.add(fl)
 	fl.StringVar(&f.clone.Source.Host, "clone-host", "", "primary of another cluster a new primary copies (pg_basebackup over TLS) instead of running initdb; no cloning when empty")
 	fl.IntVar(&f.clone.Source.Port, "clone-port", 5432, "port of the clone source")
 	fl.StringVar(&f.clone.TLSDir, "clone-tls-dir", "", "directory with the clone source's replication client certificate (tls.crt, tls.key) and its CA (ca.crt)")
 	return cmd
+}
+
+// addTerminationFlags adds the flags of what SIGTERM does.
+func addTerminationFlags(fl *pflag.FlagSet, t *instance.TerminationOptions) {
+	fl.DurationVar(&t.HandoverWait, "handover-wait", 0,
+		"on SIGTERM, how long a primary with a streaming standby keeps serving while it waits for the operator to switch over (0: shut down at once)")
+	fl.DurationVar(&t.DrainTimeout, "drain-timeout", 0,
+		"on SIGTERM, how long to wait for the Services (EndpointSlices) to stop sending connections here, before and after postgres stops (0: no wait)")
+	fl.DurationVar(&t.DrainQuiet, "drain-quiet", 2*time.Second,
+		"after the EndpointSlices stopped sending connections here, and after the last one refused, how long to wait before exiting")
 }
 
 func (f *instanceFlags) complete() error {

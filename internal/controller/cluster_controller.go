@@ -161,13 +161,9 @@ func (r *ClusterReconciler) reconcileMembers(ctx context.Context, c *tuskv1alpha
 	var p progress
 	var err error
 	if c.Status.CurrentPrimary != "" {
-		// A primary whose pod is going hands its role over while it can.
-		if err := r.reconcileHandover(ctx, c, v); err != nil {
-			return p, err
-		}
 		// Before anything else: a failed primary's pod must not be
 		// recreated while a replica can take over.
-		if p.failover, err = r.reconcileFailover(ctx, c, v, ic); err != nil || p.failover.underway {
+		if p.failover, err = r.reconcileLeavingPrimary(ctx, c, v, ic); err != nil || p.failover.underway {
 			return p, err
 		}
 	}

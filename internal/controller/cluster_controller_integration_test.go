@@ -183,7 +183,7 @@ func TestEarlierBudgetsAreReplaced(t *testing.T) {
 	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(mine), &policyv1.PodDisruptionBudget{})
 		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("the earlier budget %s is still there (%v)", mine.Name, err)
+			return fmt.Errorf("the earlier budget %s is still there (%w)", mine.Name, err)
 		}
 		return nil
 	})

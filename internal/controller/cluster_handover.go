@@ -36,6 +36,15 @@ func (r *ClusterReconciler) reconcileHandover(ctx context.Context, c *tuskv1alph
 	return r.startSwitchover(ctx, c, target, "the primary's pod is being deleted; handing its role over before it goes")
 }
 
+// reconcileLeavingPrimary hands the role of a primary whose pod is going
+// over while it still serves, and fails a failed primary over.
+func (r *ClusterReconciler) reconcileLeavingPrimary(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, ic *instanceClient) (failover, error) {
+	if err := r.reconcileHandover(ctx, c, v); err != nil {
+		return failover{}, err
+	}
+	return r.reconcileFailover(ctx, c, v, ic)
+}
+
 // handoverTarget is the replica to hand the primary role over to, or nil
 // when there is no handover to start: no switchover under way, the
 // primary's pod being deleted while it still serves as the primary, and a

@@ -364,46 +364,34 @@ func (m *Manager) prepareDataDir(ctx context.Context) error {
 // terminates the instance (terminate), after a handover when one may come:
 // the work that takes runs on, under a context of its own.
 func (m *Manager) supervise(ctx context.Context) error {
-	stop := ctx.Done()
+	s := &supervision{stop: ctx.Done()}
 	ctx = context.WithoutCancel(ctx)
-	var backoff time.Duration
-	var restartAt, handoverDeadline <-chan time.Time
 	poll := time.NewTicker(cmp.Or(m.opts.SecretsPollInterval, DefaultSecretsPollInterval))
 	defer poll.Stop()
 	leaseTick, stopLeaseTick := m.startLeaseTicker()
 	defer stopLeaseTick()
-	// A primary fenced by hand takes its Lease at the first tick. A former
-	// primary that could not rejoin yet stays stopped until it does.
-	switch st := m.snapshot(); {
-	case st.pendingRejoin != nil && !st.fencedByHand:
-		restartAt, backoff = m.scheduleRestart(backoff)
-	case !st.fencedByHand && m.mayStart(ctx):
-		if err := m.startPostgres(ctx); err != nil {
-			m.setError(err)
-			restartAt, backoff = m.scheduleRestart(backoff)
-		}
-	}
+	m.startSupervision(ctx, s)
 	for {
 		select {
-		case <-stop:
-			stop = nil
+		case <-s.stop:
+			s.stop = nil
 			if !m.beginTermination(ctx) {
 				return m.terminate(ctx)
 			}
-			handoverDeadline = time.After(m.opts.Termination.HandoverWait)
-		case <-handoverDeadline:
+			s.handoverDeadline = time.After(m.opts.Termination.HandoverWait)
+		case <-s.handoverDeadline:
 			m.log.Info("No handover came; shutting down as the primary", "waited", m.opts.Termination.HandoverWait.String())
 			return m.terminate(ctx)
 		case <-m.exited():
 			if m.snapshot().terminating {
 				return m.terminate(ctx) // no restart: the pod is going
 			}
-			restartAt, backoff = m.afterCrash(ctx, backoff)
-		case <-restartAt:
-			if m.snapshot().terminating {
-				continue
+			s.restartAt, s.backoff = m.afterCrash(ctx, s.backoff)
+		case <-s.restartAt:
+			s.restartAt = nil
+			if !m.snapshot().terminating {
+				s.restartAt, s.backoff = m.restart(ctx, s.backoff)
 			}
-			restartAt, backoff = m.restart(ctx, backoff)
 		case <-leaseTick:
 			m.keepLease(ctx)
 		case <-poll.C:
@@ -411,24 +399,62 @@ func (m *Manager) supervise(ctx context.Context) error {
 				m.log.Error(err, "Checking the mounted Secrets")
 			}
 		case op := <-m.ops:
-			if m.snapshot().terminating && op.name != opStepDown {
-				op.result <- operationResult{nil, errTerminating}
-				continue
-			}
-			m.log.Info("Running an operation", "operation", op.name)
-			value, err := op.fn(ctx)
-			op.result <- operationResult{value, err}
-			if m.handedOver() {
+			if m.runOperation(ctx, op, s) {
 				return m.terminate(ctx)
-			}
-			if err == nil {
-				backoff = 0
-			}
-			if m.snapshot().pendingRejoin != nil && restartAt == nil {
-				restartAt, backoff = m.scheduleRestart(backoff)
 			}
 		}
 	}
+}
+
+// supervision is the run loop's own state.
+type supervision struct {
+	// stop is closed on SIGTERM; nil once seen.
+	stop <-chan struct{}
+	// backoff is the last wait before a restart.
+	backoff time.Duration
+	// restartAt fires when postgres is to be started again.
+	restartAt <-chan time.Time
+	// handoverDeadline fires when a terminating primary has waited long
+	// enough for a handover.
+	handoverDeadline <-chan time.Time
+}
+
+// startSupervision starts postgres when the run loop begins. A primary
+// fenced by hand takes its Lease at the first tick. A former primary that
+// could not rejoin yet stays stopped until it does.
+func (m *Manager) startSupervision(ctx context.Context, s *supervision) {
+	switch st := m.snapshot(); {
+	case st.pendingRejoin != nil && !st.fencedByHand:
+		s.restartAt, s.backoff = m.scheduleRestart(s.backoff)
+	case !st.fencedByHand && m.mayStart(ctx):
+		if err := m.startPostgres(ctx); err != nil {
+			m.setError(err)
+			s.restartAt, s.backoff = m.scheduleRestart(s.backoff)
+		}
+	}
+}
+
+// runOperation runs op, or refuses it once the manager is terminating
+// (only the handover's step-down still runs); it says whether the
+// terminating primary has handed over and the manager should finish.
+func (m *Manager) runOperation(ctx context.Context, op operation, s *supervision) bool {
+	if m.snapshot().terminating && op.name != opStepDown {
+		op.result <- operationResult{nil, errTerminating}
+		return false
+	}
+	m.log.Info("Running an operation", "operation", op.name)
+	value, err := op.fn(ctx)
+	op.result <- operationResult{value, err}
+	if m.handedOver() {
+		return true
+	}
+	if err == nil {
+		s.backoff = 0
+	}
+	if m.snapshot().pendingRejoin != nil && s.restartAt == nil {
+		s.restartAt, s.backoff = m.scheduleRestart(s.backoff)
+	}
+	return false
 }
 
 // running says a postmaster is running (or starting).

@@ -85,15 +85,13 @@ func (n *node) sigterm() time.Time {
 	return time.Now()
 }
 
-// waitExit waits until the manager has exited and returns when it noticed.
-func (n *node) waitExit() time.Time {
+// waitExit waits until the manager has exited.
+func (n *node) waitExit() {
 	n.t.Helper()
 	select {
 	case <-n.exited:
-		return time.Now()
 	case <-time.After(waitTimeout):
 		n.t.Fatalf("%s did not exit:\n%s", n.name, n.logs())
-		return time.Time{}
 	}
 }
 
