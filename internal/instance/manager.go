@@ -365,6 +365,7 @@ func (m *Manager) prepareDataDir(ctx context.Context) error {
 // the work that takes runs on, under a context of its own.
 func (m *Manager) supervise(ctx context.Context) error {
 	s := &supervision{stop: ctx.Done()}
+	defer s.stopHandoverChecks()
 	ctx = context.WithoutCancel(ctx)
 	poll := time.NewTicker(cmp.Or(m.opts.SecretsPollInterval, DefaultSecretsPollInterval))
 	defer poll.Stop()
@@ -378,7 +379,11 @@ func (m *Manager) supervise(ctx context.Context) error {
 			if !m.beginTermination(ctx) {
 				return m.terminate(ctx)
 			}
-			s.handoverDeadline = time.After(m.opts.Termination.HandoverWait)
+			s.startHandoverChecks(m.opts.Termination.HandoverWait)
+		case <-s.handoverCheck:
+			if !m.handoverStillPossible(ctx) {
+				return m.terminate(ctx)
+			}
 		case <-s.handoverDeadline:
 			m.log.Info("No handover came; shutting down as the primary", "waited", m.opts.Termination.HandoverWait.String())
 			return m.terminate(ctx)
@@ -415,8 +420,23 @@ type supervision struct {
 	// restartAt fires when postgres is to be started again.
 	restartAt <-chan time.Time
 	// handoverDeadline fires when a terminating primary has waited long
-	// enough for a handover.
+	// enough for a handover; handoverCheck when it is to check that a
+	// handover may still come.
 	handoverDeadline <-chan time.Time
+	handoverCheck    <-chan time.Time
+	handoverTicker   *time.Ticker
+}
+
+func (s *supervision) startHandoverChecks(wait time.Duration) {
+	s.handoverDeadline = time.After(wait)
+	s.handoverTicker = time.NewTicker(handoverCheckEvery)
+	s.handoverCheck = s.handoverTicker.C
+}
+
+func (s *supervision) stopHandoverChecks() {
+	if s.handoverTicker != nil {
+		s.handoverTicker.Stop()
+	}
 }
 
 // startSupervision starts postgres when the run loop begins. A primary

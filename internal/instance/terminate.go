@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	discoveryclient "k8s.io/client-go/kubernetes/typed/discovery/v1"
@@ -54,6 +55,12 @@ type TerminationOptions struct {
 // drainPoll is how often the EndpointSlices are read while draining.
 const drainPoll = 200 * time.Millisecond
 
+// handoverCheckEvery is how often a primary waiting for a handover checks
+// that a standby it could hand over to is left: when every pod of the
+// cluster is deleted at once (the cluster deleted, a node restarted), no
+// handover can come and waiting would only delay the shutdown.
+const handoverCheckEvery = 500 * time.Millisecond
+
 // errTerminating refuses an operation once the manager was asked to stop.
 var errTerminating = errors.New("the instance manager is shutting down (its pod is being deleted)")
 
@@ -70,27 +77,76 @@ func (m *Manager) beginTermination(ctx context.Context) bool {
 	if wait <= 0 || m.snapshot().role != instanceapi.RolePrimary || !m.running() {
 		return false
 	}
-	n, err := m.streamingStandbys(ctx)
+	n, err := m.handoverCandidates(ctx)
 	if err != nil || n == 0 {
-		m.log.Info("Shutting down without a handover: no standby streams from this primary", "error", fmt.Sprint(err))
+		m.log.Info("Shutting down without a handover: no standby whose pod stays streams from this primary", "error", fmt.Sprint(err))
 		return false
 	}
-	m.log.Info("Asked to stop: waiting for the operator to hand the primary role over", "streamingStandbys", n, "wait", wait.String())
+	m.log.Info("Asked to stop: waiting for the operator to hand the primary role over", "standbys", n, "wait", wait.String())
 	return true
 }
 
-// streamingStandbys counts the standbys streaming from this primary.
-func (m *Manager) streamingStandbys(ctx context.Context) (int, error) {
+// handoverStillPossible says whether a primary waiting for a handover
+// still has a standby to hand over to; it logs when it has none.
+func (m *Manager) handoverStillPossible(ctx context.Context) bool {
+	n, err := m.handoverCandidates(ctx)
+	if err == nil && n == 0 {
+		m.log.Info("No handover can come: no standby whose pod stays streams from this primary any more; shutting down")
+		return false
+	}
+	return true // an error is no proof: the wait is bounded anyway
+}
+
+// handoverCandidates counts the standbys streaming from this primary whose
+// pods are not being deleted too (by the EndpointSlices; all of them when
+// those cannot be read).
+func (m *Manager) handoverCandidates(ctx context.Context) (int, error) {
+	names, err := m.streamingStandbys(ctx)
+	if err != nil {
+		return 0, err
+	}
+	slices, err := m.endpointSlices(ctx)
+	if err != nil {
+		return len(names), nil //nolint:nilerr // unknown: every standby may stay
+	}
+	going := terminatingPods(slices)
+	n := 0
+	for _, name := range names {
+		if !going[name] {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// streamingStandbys names the standbys streaming from this primary (their
+// application_name is their instance's, their pod's, name).
+func (m *Manager) streamingStandbys(ctx context.Context) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	conn, err := m.connect(ctx)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
-	var n int
-	err = conn.QueryRow(ctx, "SELECT count(*) FROM pg_catalog.pg_stat_replication WHERE state = 'streaming'").Scan(&n)
-	return n, err
+	rows, err := conn.Query(ctx, "SELECT application_name FROM pg_catalog.pg_stat_replication WHERE state = 'streaming'")
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// terminatingPods are the pods the EndpointSlices list as terminating.
+func terminatingPods(slices []discoveryv1.EndpointSlice) map[string]bool {
+	going := map[string]bool{}
+	for i := range slices {
+		for _, ep := range slices[i].Endpoints {
+			if ep.TargetRef != nil && ep.TargetRef.Kind == "Pod" && ptr.Deref(ep.Conditions.Terminating, false) {
+				going[ep.TargetRef.Name] = true
+			}
+		}
+	}
+	return going
 }
 
 // handedOver says a terminating primary has nothing left to wait for: it

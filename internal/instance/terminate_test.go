@@ -68,3 +68,15 @@ func TestListedReady(t *testing.T) {
 		t.Error("a ready endpoint does not count as ready")
 	}
 }
+
+func TestTerminatingPods(t *testing.T) {
+	yes, no := ptr.To(true), ptr.To(false)
+	slices := []discoveryv1.EndpointSlice{
+		slice("pg-r", endpoint("pg-1", no, yes), endpoint("pg-2", yes, yes)),
+		slice("pg-ro", endpoint("pg-3", no, no)),
+	}
+	got := terminatingPods(slices)
+	if !got["pg-1"] || got["pg-2"] || !got["pg-3"] || len(got) != 2 {
+		t.Errorf("terminatingPods = %v, want pg-1 and pg-3", got)
+	}
+}

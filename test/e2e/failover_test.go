@@ -18,7 +18,8 @@ import (
 )
 
 // TestFailoverWhenThePrimaryPodIsDeleted: deleting the primary's pod
-// promotes the most advanced replica instead of waiting for the pod to
+// hands its role over to the most advanced replica (a switchover while the
+// terminating primary still serves) instead of waiting for the pod to
 // come back; every committed row survives (synchronous quorum), the -rw
 // Service follows the new primary, and the old primary returns as a
 // replica of it on the new timeline.
@@ -53,7 +54,7 @@ func TestFailoverWhenThePrimaryPodIsDeleted(t *testing.T) {
 	})
 	t.Logf("figure: primary pod deleted → %s recorded primary in %.1fs, first write through -rw after %.1fs",
 		newPrimary, promoted.Seconds(), time.Since(start).Seconds())
-	waitEvent(t, ns, "FailedOver", newPrimary+" is the primary in place of "+oldPrimary)
+	waitEvent(t, ns, "SwitchedOver", newPrimary+" is the primary; "+oldPrimary+" follows it")
 
 	// The old primary comes back on its volume, as a replica.
 	waitHealthy(t, ns, name, 3, clusterChangeTimeout)

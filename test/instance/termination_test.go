@@ -292,3 +292,29 @@ func TestReplicaLeavesServicesFirst(t *testing.T) {
 	ro.set(false, false)
 	replica.waitExit()
 }
+
+// TestHandoverWaitEndsWhenNoStandbyIsLeft: a primary waiting for a
+// handover stops waiting as soon as no standby streams from it any more
+// (every pod of the cluster deleted at once: no handover can come), long
+// before its handover wait is over.
+func TestHandoverWaitEndsWhenNoStandbyIsLeft(t *testing.T) {
+	lease := newTestLease(t, "alone-primary")
+	leaseArgs := lease.args(t, lease.addr(t))
+	primary := startNode(t, "alone-1", nodeOptions{role: instanceapi.RolePrimary, extraArgs: append(leaseArgs, terminationArgs("10m")...)})
+	primary.waitReady(instanceapi.RolePrimary)
+	replica := startNode(t, "alone-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port, extraArgs: leaseArgs})
+	replica.waitReady(instanceapi.RoleReplica)
+	primary.waitFor("a streaming standby", func(st instanceapi.Status) error {
+		if len(st.Replicas) == 0 {
+			return errors.New("no standby yet")
+		}
+		return nil
+	})
+
+	primary.sigterm()
+	primary.waitLog("waiting for the operator to hand the primary role over")
+	replica.stop()
+	primary.waitLog("No handover can come")
+	primary.waitExit() // within waitTimeout, far below the 10m wait
+	lease.waitHolder(t, "")
+}
