@@ -375,11 +375,9 @@ func (m *Manager) supervise(ctx context.Context) error {
 	for {
 		select {
 		case <-s.stop:
-			s.stop = nil
-			if !m.beginTermination(ctx) {
+			if m.askedToStop(ctx, s) {
 				return m.terminate(ctx)
 			}
-			s.startHandoverChecks(m.opts.Termination.HandoverWait)
 		case <-s.handoverCheck:
 			if !m.handoverStillPossible(ctx) {
 				return m.terminate(ctx)
@@ -388,15 +386,11 @@ func (m *Manager) supervise(ctx context.Context) error {
 			m.log.Info("No handover came; shutting down as the primary", "waited", m.opts.Termination.HandoverWait.String())
 			return m.terminate(ctx)
 		case <-m.exited():
-			if m.snapshot().terminating {
-				return m.terminate(ctx) // no restart: the pod is going
+			if m.afterExit(ctx, s) {
+				return m.terminate(ctx)
 			}
-			s.restartAt, s.backoff = m.afterCrash(ctx, s.backoff)
 		case <-s.restartAt:
-			s.restartAt = nil
-			if !m.snapshot().terminating {
-				s.restartAt, s.backoff = m.restart(ctx, s.backoff)
-			}
+			m.restartWhenDue(ctx, s)
 		case <-leaseTick:
 			m.keepLease(ctx)
 		case <-poll.C:
@@ -452,6 +446,37 @@ func (m *Manager) startSupervision(ctx context.Context, s *supervision) {
 			s.restartAt, s.backoff = m.scheduleRestart(s.backoff)
 		}
 	}
+}
+
+// restartWhenDue starts postgres again when its restart is due, unless
+// the manager is terminating.
+func (m *Manager) restartWhenDue(ctx context.Context, s *supervision) {
+	s.restartAt = nil
+	if !m.snapshot().terminating {
+		s.restartAt, s.backoff = m.restart(ctx, s.backoff)
+	}
+}
+
+// askedToStop begins the termination (SIGTERM); it says whether to
+// terminate at once, with no handover to wait for.
+func (m *Manager) askedToStop(ctx context.Context, s *supervision) bool {
+	s.stop = nil
+	if !m.beginTermination(ctx) {
+		return true
+	}
+	s.startHandoverChecks(m.opts.Termination.HandoverWait)
+	return false
+}
+
+// afterExit handles an unexpected exit of postgres: a restart, scheduled
+// by afterCrash, unless the manager is terminating (the pod is going),
+// which it says.
+func (m *Manager) afterExit(ctx context.Context, s *supervision) (terminating bool) {
+	if m.snapshot().terminating {
+		return true
+	}
+	s.restartAt, s.backoff = m.afterCrash(ctx, s.backoff)
+	return false
 }
 
 // runOperation runs op, or refuses it once the manager is terminating
