@@ -151,6 +151,12 @@ const (
 	ReclaimDelete ReclaimPolicy = "Delete"
 )
 
+// ParameterValue is the value of a postgresql.conf setting, as PostgreSQL
+// would read it from SET or ALTER SYSTEM (Tusk quotes it).
+// +kubebuilder:validation:MaxLength=4096
+// +kubebuilder:validation:XValidation:rule="!self.contains('\\n') && !self.contains('\\r') && !self.contains('\\x00')",message="parameter values cannot contain line breaks or NUL characters: postgresql.conf has one setting per line, so a line break would start a setting nobody asked for"
+type ParameterValue string
+
 // PostgreSQLSpec configures the PostgreSQL servers.
 type PostgreSQLSpec struct {
 	// Parameters are postgresql.conf settings. Tusk owns the settings that
@@ -162,7 +168,7 @@ type PostgreSQLSpec struct {
 	// +kubebuilder:validation:XValidation:rule="['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'archive_mode', 'archive_command', 'archive_library', 'archive_timeout', 'restore_command', 'archive_cleanup_command', 'recovery_end_command', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'recovery_target', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_xid', 'recovery_target_inclusive', 'recovery_target_timeline', 'recovery_target_action', 'synchronous_standby_names', 'ssl', 'ssl_cert_file', 'ssl_key_file', 'ssl_ca_file', 'ssl_crl_file', 'cluster_name', 'hot_standby', 'logging_collector', 'log_destination', 'log_directory', 'log_filename'].all(p, !(p in self))",messageExpression="'parameter ' + ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'archive_mode', 'archive_command', 'archive_library', 'archive_timeout', 'restore_command', 'archive_cleanup_command', 'recovery_end_command', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'recovery_target', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_xid', 'recovery_target_inclusive', 'recovery_target_timeline', 'recovery_target_action', 'synchronous_standby_names', 'ssl', 'ssl_cert_file', 'ssl_key_file', 'ssl_ca_file', 'ssl_crl_file', 'cluster_name', 'hot_standby', 'logging_collector', 'log_destination', 'log_directory', 'log_filename'].filter(p, p in self)[0] + ' is managed by Tusk and cannot be set: Tusk sets it itself to keep Services, replication, failover, archiving, TLS and logging working (synchronous replication and archiving are configured with spec.postgresql.synchronous and spec.backup)'"
 	// +kubebuilder:validation:XValidation:rule="!('wal_level' in self) || self['wal_level'] in ['replica', 'logical']",message="wal_level must be replica or logical: streaming replicas and backups need at least replica"
 	// +optional
-	Parameters map[string]string `json:"parameters,omitempty"`
+	Parameters map[string]ParameterValue `json:"parameters,omitempty"`
 
 	// Synchronous configures synchronous replication, which is how a commit
 	// acknowledged to a client survives the loss of the primary.

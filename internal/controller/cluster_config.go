@@ -19,7 +19,7 @@ import (
 // desiredConfig is the PostgreSQL configuration every instance gets: the
 // user's parameters and the quorum of synchronous standbys.
 func desiredConfig(c *tuskv1alpha1.PostgresCluster, v *view) instanceapi.Config {
-	cfg := instanceapi.Config{Parameters: c.Spec.PostgreSQL.Parameters}
+	cfg := instanceapi.Config{Parameters: userParameters(c)}
 	if q := desiredQuorum(c, v); q != nil {
 		cfg.SynchronousStandbyNames = postgres.SynchronousStandbyNames(int(q.Number), q.Standbys)
 	}
@@ -95,6 +95,12 @@ func streamingStandbys(primary *member) int {
 // sends it to every running instance that has not accepted it yet.
 func (r *ClusterReconciler) reconcileConfig(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, ic *instanceClient) error {
 	cfg := desiredConfig(c, v)
+	// Parameters stored before the CRD refused them (or through a path
+	// that skipped validation) change nothing: not the ConfigMap new pods
+	// start with, not a running instance.
+	if err := cfg.Validate(); err != nil {
+		return userError(ReasonInvalidParameters, "spec.postgresql.parameters cannot be applied, nothing was changed: %v", err)
+	}
 	data, err := json.Marshal(cfg)
 	if err != nil {
 		return err
@@ -167,4 +173,17 @@ func (r *ClusterReconciler) pushConfig(ctx context.Context, m *member, cfg insta
 		return fmt.Errorf("while recording the configuration of %s: %w", m.name, err)
 	}
 	return nil
+}
+
+// userParameters are the spec's postgresql.conf settings, as the instance
+// API carries them.
+func userParameters(c *tuskv1alpha1.PostgresCluster) map[string]string {
+	if c.Spec.PostgreSQL.Parameters == nil {
+		return nil
+	}
+	out := make(map[string]string, len(c.Spec.PostgreSQL.Parameters))
+	for k, v := range c.Spec.PostgreSQL.Parameters {
+		out[k] = string(v)
+	}
+	return out
 }

@@ -51,6 +51,7 @@ const (
 	ReasonUnfenced             = "Unfenced"
 	ReasonFenceInvalid         = "FenceAnnotationInvalid"
 	ReasonRewinding            = "RewindingReplica"
+	ReasonInvalidParameters    = "InvalidParameters"
 )
 
 // specError is a problem only the user can fix (a missing Secret, an

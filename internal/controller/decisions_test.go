@@ -160,7 +160,7 @@ func TestDesiredConfig(t *testing.T) {
 				c.Status.CurrentPrimary, c.Status.TargetPrimary = "", ""
 			}
 			c.Spec.PostgreSQL.Synchronous = tuskv1alpha1.SynchronousSpec{Mode: tt.mode, Number: tt.number, WhenTooFewStandbys: tt.shortage}
-			c.Spec.PostgreSQL.Parameters = map[string]string{"work_mem": "8MB"}
+			c.Spec.PostgreSQL.Parameters = map[string]tuskv1alpha1.ParameterValue{"work_mem": "8MB"}
 			cfg := desiredConfig(c, testView(c, tt.instances...))
 			if cfg.SynchronousStandbyNames != tt.want {
 				t.Errorf("synchronous_standby_names %q, want %q", cfg.SynchronousStandbyNames, tt.want)
@@ -345,7 +345,7 @@ func TestPodSpecHash(t *testing.T) {
 		}, "", true},
 		{"tolerations", func(c *tuskv1alpha1.PostgresCluster) { c.Spec.Tolerations = nil }, "", true},
 		{"parameters", func(c *tuskv1alpha1.PostgresCluster) {
-			c.Spec.PostgreSQL.Parameters = map[string]string{"shared_buffers": "1GB", "work_mem": "64MB"}
+			c.Spec.PostgreSQL.Parameters = map[string]tuskv1alpha1.ParameterValue{"shared_buffers": "1GB", "work_mem": "64MB"}
 		}, "", false},
 		{"synchronous replication", func(c *tuskv1alpha1.PostgresCluster) {
 			c.Spec.PostgreSQL.Synchronous.Number = 2

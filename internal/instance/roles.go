@@ -378,9 +378,17 @@ func (m *Manager) Restart(ctx context.Context) error {
 	return err
 }
 
+// errInvalidConfig marks a configuration refused before anything changed.
+var errInvalidConfig = errors.New("invalid configuration")
+
 // ApplyConfig writes a new configuration and reloads it, reporting what
 // needs a restart and what PostgreSQL refused.
 func (m *Manager) ApplyConfig(ctx context.Context, cfg instanceapi.Config) (instanceapi.ConfigResult, error) {
+	// Before anything is stored: a configuration that cannot be rendered
+	// would break every later start, restart, demote and promote.
+	if err := cfg.Validate(); err != nil {
+		return instanceapi.ConfigResult{}, fmt.Errorf("%w: %w", errInvalidConfig, err)
+	}
 	v, err := m.do(ctx, "config", func(ctx context.Context) (any, error) {
 		m.mu.Lock()
 		m.state.config = cfg

@@ -144,6 +144,10 @@ func (m *Manager) routes() http.Handler {
 			return
 		}
 		res, err := m.ApplyConfig(r.Context(), cfg)
+		if errors.Is(err, errInvalidConfig) {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return
+		}
 		reply(w, res, err)
 	})
 	return mux

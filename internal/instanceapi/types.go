@@ -4,7 +4,14 @@
 // imports the other.
 package instanceapi
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
 
 // Paths served by the instance manager.
 const (
@@ -291,6 +298,38 @@ type Config struct {
 	// SynchronousStandbyNames is the primary's synchronous_standby_names,
 	// computed by the operator from the cluster's quorum and members.
 	SynchronousStandbyNames string `json:"synchronousStandbyNames,omitempty"`
+}
+
+// MaxParameterValue is the longest parameter value a Config may carry.
+const MaxParameterValue = 4096
+
+// parameterName is a PostgreSQL setting name in lowercase, with at most one
+// dot (extension settings).
+var parameterName = regexp.MustCompile(`^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$`)
+
+// Validate refuses a configuration that no postgresql.conf could carry: a
+// name that is not a setting name, a value with a line break or NUL (the
+// rest would become a setting of its own), or one longer than
+// MaxParameterValue. Both sides check it before anything changes: the
+// operator before it sends a configuration, the instance manager before it
+// stores one.
+func (c Config) Validate() error {
+	var errs []error
+	for name, value := range c.Parameters {
+		switch {
+		case !parameterName.MatchString(name):
+			errs = append(errs, fmt.Errorf("parameter name %q is not a PostgreSQL setting name", name))
+		case strings.ContainsAny(value, "\n\r\x00"):
+			errs = append(errs, fmt.Errorf("the value of parameter %s contains a line break or NUL", name))
+		case len(value) > MaxParameterValue:
+			errs = append(errs, fmt.Errorf("the value of parameter %s is longer than %d bytes", name, MaxParameterValue))
+		}
+	}
+	if strings.ContainsAny(c.SynchronousStandbyNames, "\n\r\x00") {
+		errs = append(errs, errors.New("synchronousStandbyNames contains a line break or NUL"))
+	}
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return errors.Join(errs...)
 }
 
 // ConfigResult tells what applying a Config did.

@@ -115,6 +115,12 @@ func TestInvalidClustersAreRejectedOnCreate(t *testing.T) {
 		{"several reserved parameters", `spec: {postgresql: {parameters: {listen_addresses: "*", primary_conninfo: "host=x", work_mem: 4MB}}}`, "parameter listen_addresses is managed by Tusk"},
 		{"malformed parameter name", `spec: {postgresql: {parameters: {"max connections": "10"}}}`, "parameter names are PostgreSQL setting names"},
 		{"wal_level too low for replicas", `spec: {postgresql: {parameters: {wal_level: minimal}}}`, "wal_level must be replica or logical"},
+		// A line break would start a setting nobody asked for; once stored
+		// it broke every restart, demote and promote (issue 21).
+		{"line break in a parameter value", `spec: {postgresql: {parameters: {work_mem: "4MB\nshared_preload_libraries = evil"}}}`, "parameter values cannot contain line breaks or NUL"},
+		{"carriage return in a parameter value", `spec: {postgresql: {parameters: {work_mem: "4MB\rx"}}}`, "parameter values cannot contain line breaks or NUL"},
+		{"NUL in a parameter value", `spec: {postgresql: {parameters: {work_mem: "4MB\0"}}}`, "parameter values cannot contain line breaks or NUL"},
+		{"huge parameter value", `spec: {postgresql: {parameters: {search_path: "` + strings.Repeat("x", 5000) + `"}}}`, "spec.postgresql.parameters.search_path: Too long: may not be more than 4096 bytes"},
 		{"system database for the app", `spec: {bootstrap: {initdb: {database: postgres}}}`, "must be an application database"},
 		{"superuser as app owner", `spec: {bootstrap: {initdb: {owner: postgres}}}`, "bootstrap.initdb.owner must be an ordinary role"},
 		{"recovery from nothing", `spec: {bootstrap: {recovery: {}}}`, "bootstrap.recovery needs exactly one of backup"},
