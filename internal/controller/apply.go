@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,7 +15,8 @@ import (
 )
 
 // applyOwned creates obj, owned by owner, or updates the existing object
-// when what Tusk builds changed. The comparison is by a hash of the built
+// when what Tusk builds changed; an existing object owner does not
+// control is refused (a spec error naming it), never taken over. The comparison is by a hash of the built
 // object kept in an annotation, so a settled object costs no write and
 // fields the API server or other controllers fill in are not fought over.
 func (r *ClusterReconciler) applyOwned(ctx context.Context, owner client.Object, obj client.Object) error {
@@ -40,6 +42,11 @@ func (r *ClusterReconciler) applyOwned(ctx context.Context, owner client.Object,
 		return nil
 	case err != nil:
 		return fmt.Errorf("while reading %s: %w", kind, err)
+	case !metav1.IsControlledBy(existing, owner):
+		// Someone else's object of the name Tusk needs: taking it over
+		// would let garbage collection delete it with the cluster.
+		return userError(ReasonObjectNotOwned, "%s %s/%s exists and %s does not control it: Tusk does not take over objects it did not create; "+
+			"rename or delete it (it was left untouched)", objectKind(existing), existing.GetNamespace(), existing.GetName(), owner.GetName())
 	case existing.GetAnnotations()[AnnotationHash] == hash:
 		return nil
 	}
@@ -87,4 +94,14 @@ func (r *ClusterReconciler) deleteOwned(ctx context.Context, owner client.Object
 		return fmt.Errorf("while deleting %T %s: %w", obj, obj.GetName(), err)
 	}
 	return nil
+}
+
+// objectKind names an object's kind for users ("Secret"), from its Go type
+// when its TypeMeta is empty, as objects read through the client are.
+func objectKind(obj client.Object) string {
+	if k := obj.GetObjectKind().GroupVersionKind().Kind; k != "" {
+		return k
+	}
+	name := fmt.Sprintf("%T", obj) // *v1.Secret
+	return name[strings.LastIndex(name, ".")+1:]
 }

@@ -161,6 +161,32 @@ func TestNewClusterCreatesItsObjects(t *testing.T) {
 	waitForEvent(t, ns, "CreatedInstance", "pg-1")
 }
 
+// TestForeignObjectIsNotTakenOver: a Secret of the name Tusk needs that
+// Tusk did not create is left as it was (no owner added, so garbage
+// collection never deletes it with the cluster), and the cluster says
+// which object is in the way.
+func TestForeignObjectIsNotTakenOver(t *testing.T) {
+	ns := newNamespace(t)
+	users := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pg-app", Namespace: ns}, StringData: map[string]string{"mine": "keep me"}}
+	create(t, users)
+	c := newCluster(ns)
+	create(t, c)
+	clusterWhen(t, client.ObjectKeyFromObject(c), func(c *tuskv1alpha1.PostgresCluster) error {
+		if err := condition(c, ConditionReady, metav1.ConditionFalse, ReasonObjectNotOwned); err != nil {
+			return err
+		}
+		if msg := meta.FindStatusCondition(c.Status.Conditions, ConditionReady).Message; !strings.Contains(msg, "Secret "+ns+"/pg-app") {
+			return fmt.Errorf("the condition does not name the Secret: %s", msg)
+		}
+		return nil
+	})
+	waitForEvent(t, ns, ReasonObjectNotOwned, "pg-app")
+	got := get(t, ns, "pg-app", &corev1.Secret{})
+	if len(got.OwnerReferences) != 0 || string(got.Data["mine"]) != "keep me" || len(got.Data) != 1 {
+		t.Errorf("the user's Secret was changed: owners %v, data keys %d", got.OwnerReferences, len(got.Data))
+	}
+}
+
 // TestEarlierBudgetsAreReplaced: the budgets of earlier versions, one of
 // which kept the primary from ever being evicted, are deleted when Tusk
 // made them, and kept when the user did.

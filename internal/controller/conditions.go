@@ -52,6 +52,7 @@ const (
 	ReasonFenceInvalid         = "FenceAnnotationInvalid"
 	ReasonRewinding            = "RewindingReplica"
 	ReasonInvalidParameters    = "InvalidParameters"
+	ReasonObjectNotOwned       = "ObjectNotOwned"
 )
 
 // specError is a problem only the user can fix (a missing Secret, an
