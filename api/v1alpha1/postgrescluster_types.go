@@ -634,6 +634,15 @@ type PostgresClusterList struct {
 	Items           []PostgresCluster `json:"items"`
 }
 
+// AnnotationSwitchoverTo on a PostgresCluster asks for a switchover to the
+// instance it names (kubectl tusk promote sets it). The operator checks
+// that the instance is a ready replica streaming from the primary, records
+// it as status.targetPrimary and removes the annotation; a request it
+// refuses is removed too, with a SwitchoverRefused Event saying why. A
+// request made while another switchover or a failover is under way waits
+// for it. Status is written by the operator alone: this is how users ask.
+const AnnotationSwitchoverTo = "tusk.dev/switchover-to"
+
 // AnnotationFencedInstances on a PostgresCluster lists, as a JSON array,
 // the instances to fence: their postgres is stopped and kept stopped, the
 // pod and data kept for inspection, until the name is removed. "*" fences

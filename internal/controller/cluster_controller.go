@@ -176,9 +176,9 @@ func (r *ClusterReconciler) reconcileMembers(ctx context.Context, c *tuskv1alpha
 	if err != nil || changed {
 		return p, err
 	}
-	// A target set by hand (kubectl tusk promote, kubectl patch) is checked
-	// before any label moves: an unsafe one is refused, not half-started.
-	if err := r.refuseUnsafeTarget(ctx, c, v); err != nil {
+	// A switchover asked for (kubectl tusk promote) or a target set by
+	// hand is checked before any label moves.
+	if err := r.reconcileSwitchoverRequests(ctx, c, v); err != nil {
 		return p, err
 	}
 	// Labels first (labelledRole); once a switchover is done the new

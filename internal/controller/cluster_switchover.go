@@ -88,6 +88,64 @@ func (r *ClusterReconciler) startSwitchover(ctx context.Context, c *tuskv1alpha1
 	return nil
 }
 
+// reconcileSwitchoverRequests takes a switchover asked for with
+// AnnotationSwitchoverTo, and refuses an unsafe target, before any label
+// moves: an unsafe one is refused, not half-started.
+func (r *ClusterReconciler) reconcileSwitchoverRequests(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view) error {
+	if err := r.takeSwitchoverRequest(ctx, c, v); err != nil {
+		return err
+	}
+	return r.refuseUnsafeTarget(ctx, c, v)
+}
+
+// takeSwitchoverRequest turns the AnnotationSwitchoverTo request into
+// status.targetPrimary when the instance may take over, or refuses it with
+// a Warning Event; either way the request is then removed. A request made
+// while a switchover or failover is under way waits for it to end.
+func (r *ClusterReconciler) takeSwitchoverRequest(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view) error {
+	want, asked := c.Annotations[tuskv1alpha1.AnnotationSwitchoverTo]
+	if !asked || c.Status.TargetPrimary != c.Status.CurrentPrimary {
+		return nil
+	}
+	if why := refusedSwitchoverRequest(c, v, want); why != "" {
+		r.event(c, corev1.EventTypeWarning, ReasonSwitchoverRefused, "Switchover",
+			"Refused to switch the primary over to %s: %s; %s stays the primary", want, why, c.Status.CurrentPrimary)
+	} else if err := r.startSwitchover(ctx, c, v.member(want), "asked for with the "+tuskv1alpha1.AnnotationSwitchoverTo+" annotation"); err != nil {
+		return err
+	}
+	return r.forgetSwitchoverRequest(ctx, c)
+}
+
+// refusedSwitchoverRequest says why the instance asked for cannot become
+// the primary by a switchover now, or "" when it can.
+func refusedSwitchoverRequest(c *tuskv1alpha1.PostgresCluster, v *view, want string) string {
+	target := v.member(want)
+	switch {
+	case want == c.Status.CurrentPrimary:
+		return "it is the primary already"
+	case target == nil:
+		return "it is not an instance of this cluster"
+	case !target.ready() || target.status.Role != instanceapi.RoleReplica || !target.status.Streaming:
+		return "it is not a ready replica streaming from the primary"
+	}
+	return ""
+}
+
+// forgetSwitchoverRequest removes the request from the cluster. The patch
+// goes through a copy: c carries this pass's status, which the end of the
+// pass writes; only its resourceVersion follows the patch.
+func (r *ClusterReconciler) forgetSwitchoverRequest(ctx context.Context, c *tuskv1alpha1.PostgresCluster) error {
+	cp := c.DeepCopy()
+	patch := client.MergeFrom(cp.DeepCopy())
+	delete(cp.Annotations, tuskv1alpha1.AnnotationSwitchoverTo)
+	if err := r.Patch(ctx, cp, patch); err != nil {
+		return fmt.Errorf("while removing the switchover request: %w", err)
+	}
+	delete(c.Annotations, tuskv1alpha1.AnnotationSwitchoverTo)
+	c.ResourceVersion = cp.ResourceVersion
+	return nil
+}
+
 // refuseUnsafeTarget puts targetPrimary back on currentPrimary, with a
 // Warning Event, when the target cannot safely become the primary: it is
 // not an instance of the cluster, or, before the old primary has stepped

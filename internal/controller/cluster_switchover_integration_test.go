@@ -86,3 +86,42 @@ func TestLabellingAGonePodIsNotAnError(t *testing.T) {
 		t.Errorf("pg-2 has role label %q, want primary", got.Labels[LabelRole])
 	}
 }
+
+// A switchover asked for with the annotation (kubectl tusk promote) to an
+// instance that cannot take over (here, not created yet: a new cluster
+// makes its first instance first) is refused with a Warning Event that
+// says why, the request is removed, and the status keeps its primary.
+func TestSwitchoverRequestThatCannotBeMetIsRefused(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cluster := newCluster(ns)
+	create(t, cluster)
+	key := client.ObjectKeyFromObject(cluster)
+	clusterWhen(t, key, creating)
+
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c := &tuskv1alpha1.PostgresCluster{}
+		if err := env.Client.Get(ctx, key, c); err != nil {
+			return err
+		}
+		patch := client.MergeFromWithOptions(c.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		c.Annotations = map[string]string{tuskv1alpha1.AnnotationSwitchoverTo: "pg-2"}
+		return env.Client.Patch(ctx, c, patch)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := waitForEvent(t, ns, ReasonSwitchoverRefused, "pg-2: it is not an instance of this cluster")
+	if e.Type != corev1.EventTypeWarning {
+		t.Errorf("Event %s, want a Warning", e.Type)
+	}
+	clusterWhen(t, key, func(c *tuskv1alpha1.PostgresCluster) error {
+		if _, asked := c.Annotations[tuskv1alpha1.AnnotationSwitchoverTo]; asked {
+			return fmt.Errorf("the request is still there: %v", c.Annotations)
+		}
+		if c.Status.TargetPrimary != "pg-1" || c.Status.CurrentPrimary != "pg-1" {
+			return fmt.Errorf("targetPrimary %q, currentPrimary %q; want both pg-1", c.Status.TargetPrimary, c.Status.CurrentPrimary)
+		}
+		return nil
+	})
+}

@@ -62,3 +62,20 @@ func TestHandoverTarget(t *testing.T) {
 		})
 	}
 }
+
+func TestRefusedSwitchoverRequest(t *testing.T) {
+	c := clusterWithPrimary(4, 1)
+	v := testView(c, inst{serial: 1, ready: true}, inst{serial: 2, ready: true, streaming: true, received: "0/3000000"},
+		inst{serial: 3, streaming: true, received: "0/3000000"}, inst{serial: 4, ready: true, received: "0/3000000"})
+	for want, refusal := range map[string]string{
+		"pg-2": "",
+		"pg-1": "it is the primary already",
+		"pg-9": "it is not an instance of this cluster",
+		"pg-3": "it is not a ready replica streaming from the primary",
+		"pg-4": "it is not a ready replica streaming from the primary",
+	} {
+		if got := refusedSwitchoverRequest(c, v, want); got != refusal {
+			t.Errorf("a request for %s: %q, want %q", want, got, refusal)
+		}
+	}
+}

@@ -1,7 +1,10 @@
 package instance
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -234,6 +237,7 @@ func (m *Manager) rejoin(ctx context.Context, up instanceapi.Upstream) error {
 	if err := m.writePassfile(); err != nil {
 		return err
 	}
+	m.checkpointUpstream(ctx, up)
 	err := m.runTool(ctx, "pg_rewind", nil, "--target-pgdata="+m.opts.DataDir, "--source-server="+m.superuserConnInfo(up), "--progress")
 	if err != nil && couldNotConnect(err) {
 		// Nothing was touched; a fresh copy would fail the same way, or
@@ -248,6 +252,58 @@ func (m *Manager) rejoin(ctx context.Context, up instanceapi.Upstream) error {
 	}
 	m.becomeReplicaOf(up)
 	return nil
+}
+
+// checkpointUpstream asks the primary this instance rejoins for a
+// CHECKPOINT before pg_rewind compares their timelines, as pg_rewind's
+// documentation asks: a just-promoted primary's control file names its
+// old timeline until its end-of-recovery checkpoint (a spread one) is
+// done, and pg_rewind then finds "no rewind required" and leaves this data
+// directory on a history the primary does not have, which it can never
+// follow. Best effort: when it fails, pg_rewind decides as it would have.
+func (m *Manager) checkpointUpstream(ctx context.Context, up instanceapi.Upstream) {
+	ctx, cancel := context.WithTimeout(ctx, upstreamCheckpointTimeout)
+	defer cancel()
+	conn, err := m.connectUpstream(ctx, up)
+	if err != nil {
+		m.log.Info("Could not ask the primary for a checkpoint before pg_rewind", "error", err.Error())
+		return
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	var standby bool
+	if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_is_in_recovery()").Scan(&standby); err != nil || standby {
+		return // a standby's control file is its upstream's business
+	}
+	if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
+		m.log.Info("The primary's checkpoint before pg_rewind failed", "error", err.Error())
+	}
+}
+
+// upstreamCheckpointTimeout bounds checkpointUpstream.
+const upstreamCheckpointTimeout = 30 * time.Second
+
+// connectUpstream opens a superuser session on up, as pg_rewind's:
+// verified TLS when the cluster has certificates (the name checked is
+// up.Host, the address tried first up.HostAddr).
+func (m *Manager) connectUpstream(ctx context.Context, up instanceapi.Upstream) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig("sslmode=disable")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Host, cfg.Port = cmp.Or(up.HostAddr, up.Host), uint16(up.Port) //nolint:gosec // a port number
+	cfg.User, cfg.Password, cfg.Database = superuser, m.currentSecrets().superuserPassword, "postgres"
+	cfg.ConnectTimeout = 5 * time.Second
+	cfg.RuntimeParams["application_name"] = m.opts.Name + "-rewind"
+	if m.serverCerts != nil {
+		pem, err := os.ReadFile(m.serverCerts.caPath())
+		if err != nil {
+			return nil, fmt.Errorf("while reading the cluster's CA: %w", err)
+		}
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(pem)
+		cfg.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, ServerName: up.Host}
+	}
+	return pgx.ConnectConfig(ctx, cfg)
 }
 
 // reclone makes a stopped replica's data directory a fresh copy of up,

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -145,13 +146,14 @@ func TestPromoteRefusalsLeaveTheClusterAlone(t *testing.T) {
 	if _, err := kubectlTusk(t, kubeconfig, "-n", ns, "promote", "nothing", "orders-2"); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("promote in a missing cluster: %v", err)
 	}
-	if after := current(t, c); after.ResourceVersion != before.ResourceVersion || after.Status.TargetPrimary != "orders-1" {
+	if after := current(t, c); after.ResourceVersion != before.ResourceVersion || after.Status.TargetPrimary != "orders-1" ||
+		after.Annotations[tuskv1alpha1.AnnotationSwitchoverTo] != "" {
 		t.Errorf("a refused promote wrote the cluster: resourceVersion %s → %s, targetPrimary %q",
 			before.ResourceVersion, after.ResourceVersion, after.Status.TargetPrimary)
 	}
 }
 
-func TestPromoteWithoutWaitingRecordsTheTarget(t *testing.T) {
+func TestPromoteWithoutWaitingAsksForTheSwitchover(t *testing.T) {
 	c, ns := newCluster(t, healthyCluster)
 	out, err := kubectlTusk(t, kubeconfig, "-n", ns, "promote", "orders", "orders-3", "--wait=false")
 	if err != nil {
@@ -161,22 +163,38 @@ func TestPromoteWithoutWaitingRecordsTheTarget(t *testing.T) {
 		t.Errorf("promote printed:\n%s", out)
 	}
 	got := current(t, c)
-	if got.Status.TargetPrimary != "orders-3" || got.Status.CurrentPrimary != "orders-1" {
-		t.Errorf("targetPrimary %q, currentPrimary %q; want orders-3, orders-1", got.Status.TargetPrimary, got.Status.CurrentPrimary)
+	if asked := got.Annotations[tuskv1alpha1.AnnotationSwitchoverTo]; asked != "orders-3" {
+		t.Errorf("the switchover request names %q, want orders-3", asked)
 	}
-	// The rest of the status is the operator's, untouched.
-	if len(got.Status.Instances) != 3 || got.Status.Phase != tuskv1alpha1.ClusterPhaseHealthy {
-		t.Errorf("status changed beyond targetPrimary: %+v", got.Status)
+	// The status is the operator's alone, untouched.
+	if got.Status.TargetPrimary != "orders-1" || len(got.Status.Instances) != 3 || got.Status.Phase != tuskv1alpha1.ClusterPhaseHealthy {
+		t.Errorf("the plugin changed the status: %+v", got.Status)
 	}
 	if _, err := kubectlTusk(t, kubeconfig, "-n", ns, "promote", "orders", "orders-2"); err == nil ||
-		!strings.Contains(err.Error(), "a switchover from orders-1 to orders-3 is already under way") {
+		!strings.Contains(err.Error(), "a switchover to orders-3 was asked for and the operator has not taken it yet") {
 		t.Errorf("a second promote: %v", err)
 	}
 }
 
-// operator plays the operator's part once the plugin has recorded the
-// target: it calls step with the cluster until step says it is done.
-func operator(c *tuskv1alpha1.PostgresCluster, step func(c *tuskv1alpha1.PostgresCluster) bool) chan error {
+// clientFor is a client with a kubeconfig file's credentials.
+func clientFor(t *testing.T, kubeconfigFile string) client.Client {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfigFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(cfg, client.Options{Scheme: env.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+// operator plays the operator's part once the plugin has asked for a
+// switchover: it takes the request (records the target, or with accept
+// false refuses it and is done), then calls step with the cluster until
+// step says it is done.
+func operator(c *tuskv1alpha1.PostgresCluster, accept bool, step func(c *tuskv1alpha1.PostgresCluster) bool) chan error {
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -184,6 +202,12 @@ func operator(c *tuskv1alpha1.PostgresCluster, step func(c *tuskv1alpha1.Postgre
 		for ctx.Err() == nil {
 			got := &tuskv1alpha1.PostgresCluster{}
 			err := env.Client.Get(ctx, client.ObjectKeyFromObject(c), got)
+			if want := got.Annotations[tuskv1alpha1.AnnotationSwitchoverTo]; err == nil && want != "" {
+				if taken, err := takeRequest(ctx, got, want, accept); err != nil || (taken && !accept) {
+					done <- err
+					return
+				}
+			}
 			if err == nil && got.Status.TargetPrimary != got.Status.CurrentPrimary {
 				if step(got) {
 					done <- env.Client.Status().Update(ctx, got)
@@ -201,10 +225,32 @@ func operator(c *tuskv1alpha1.PostgresCluster, step func(c *tuskv1alpha1.Postgre
 	return done
 }
 
+// takeRequest removes the switchover request and, when accept, records
+// its target, as the operator does; it says whether it took it (false on
+// a conflict: the caller reads the cluster again).
+func takeRequest(ctx context.Context, c *tuskv1alpha1.PostgresCluster, want string, accept bool) (bool, error) {
+	delete(c.Annotations, tuskv1alpha1.AnnotationSwitchoverTo)
+	if err := env.Client.Update(ctx, c); err != nil {
+		return false, client.IgnoreNotFound(ignoreConflict(err))
+	}
+	if !accept {
+		return true, nil
+	}
+	c.Status.TargetPrimary = want
+	return true, env.Client.Status().Update(ctx, c)
+}
+
+func ignoreConflict(err error) error {
+	if apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
+
 func TestPromoteWaitsForTheSwitchover(t *testing.T) {
 	c, ns := newCluster(t, healthyCluster)
 	steps := 0
-	done := operator(c, func(c *tuskv1alpha1.PostgresCluster) bool {
+	done := operator(c, true, func(c *tuskv1alpha1.PostgresCluster) bool {
 		steps++
 		ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: "SwitchingOver", Message: "Switching the primary from orders-1 to orders-2"}
 		c.Status.Phase = tuskv1alpha1.ClusterPhaseSwitchingOver
@@ -225,9 +271,10 @@ func TestPromoteWaitsForTheSwitchover(t *testing.T) {
 	// In this order: the state it started from, then each change.
 	rest := out
 	for _, want := range []string{
-		"primary orders-1, switching over to orders-2",
+		"primary orders-1",
 		"Ready=True (ClusterReady)",
 		"phase SwitchingOver",
+		"primary orders-1, switching over to orders-2", // the operator took the request
 		"Ready=False (SwitchingOver)",
 		"primary orders-2",
 		"Ready=True (ClusterReady)",
@@ -243,10 +290,7 @@ func TestPromoteWaitsForTheSwitchover(t *testing.T) {
 
 func TestPromoteReportsTheOperatorsRefusal(t *testing.T) {
 	c, ns := newCluster(t, healthyCluster)
-	done := operator(c, func(c *tuskv1alpha1.PostgresCluster) bool {
-		c.Status.TargetPrimary = c.Status.CurrentPrimary
-		return true
-	})
+	done := operator(c, false, nil)
 	_, err := kubectlTusk(t, kubeconfig, "-n", ns, "promote", "orders", "orders-2", "--timeout", "30s")
 	if err == nil || !strings.Contains(err.Error(), "the operator refused the switchover to orders-2") {
 		t.Errorf("promote: %v, want the operator's refusal", err)
@@ -322,8 +366,18 @@ func TestUserRolesAreEnoughForThePlugin(t *testing.T) {
 	if _, err := kubectlTusk(t, kc["edit"], "-n", ns, "promote", "orders", "orders-2", "--wait=false"); err != nil {
 		t.Errorf("an editor cannot promote: %v", err)
 	}
-	if got := current(t, c).Status.TargetPrimary; got != "orders-2" {
-		t.Errorf("targetPrimary %q after the editor's promote, want orders-2", got)
+	if got := current(t, c).Annotations[tuskv1alpha1.AnnotationSwitchoverTo]; got != "orders-2" {
+		t.Errorf("the switchover request names %q after the editor's promote, want orders-2", got)
+	}
+	// What failover and scale-down trust is the operator's alone: an
+	// editor cannot write the status (it once switched the primary over
+	// by patching status.targetPrimary).
+	editor := clientFor(t, kc["edit"])
+	got := current(t, c)
+	patch := client.MergeFrom(got.DeepCopy())
+	got.Status.TargetPrimary = "orders-3"
+	if err := editor.Status().Patch(ctx, got, patch); !apierrors.IsForbidden(err) {
+		t.Errorf("an editor's patch of the status: %v, want Forbidden", err)
 	}
 	if _, err := kubectlTusk(t, kc["view"], "-n", ns, "fence", "orders", "orders-2"); !apierrors.IsForbidden(err) {
 		t.Errorf("a viewer's fence: %v, want Forbidden", err)

@@ -67,11 +67,12 @@ func (po *promoteOptions) run(ctx context.Context, name, instance string) error 
 	return waitForSwitchover(ctx, cl, key, instance, po.streams.Out)
 }
 
-// requestSwitchover records instance as the target primary, after checking
-// the cluster can switch over to it. The status is patched with the
-// resourceVersion it was checked at, so a concurrent write by the operator
-// fails the patch instead of being overwritten; it is then read and
-// checked again. It returns the primary the switchover starts from.
+// requestSwitchover asks the operator for a switchover to instance
+// (tuskv1alpha1.AnnotationSwitchoverTo), after checking the cluster can
+// switch over to it; the operator checks again, records the target and
+// removes the request. The cluster is patched with the resourceVersion it
+// was checked at, so a concurrent change fails the patch; it is then read
+// and checked again. It returns the primary the switchover starts from.
 func requestSwitchover(ctx context.Context, cl client.Client, key client.ObjectKey, instance string) (string, error) {
 	var from string
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -87,11 +88,14 @@ func requestSwitchover(ctx context.Context, cl client.Client, key client.ObjectK
 		}
 		from = c.Status.CurrentPrimary
 		patch := client.MergeFromWithOptions(c.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		c.Status.TargetPrimary = instance
-		return cl.Status().Patch(ctx, c, patch)
+		if c.Annotations == nil {
+			c.Annotations = map[string]string{}
+		}
+		c.Annotations[tuskv1alpha1.AnnotationSwitchoverTo] = instance
+		return cl.Patch(ctx, c, patch)
 	})
 	if apierrors.IsForbidden(err) {
-		return "", fmt.Errorf("cannot promote %s: %w (promote needs get and patch on postgresclusters/status, which the tusk-edit role grants)", instance, err)
+		return "", fmt.Errorf("cannot promote %s: %w (promote needs get and patch on postgresclusters, which the edit role grants)", instance, err)
 	}
 	if err != nil {
 		return "", fmt.Errorf("cannot promote %s: %w", instance, err)
@@ -120,6 +124,9 @@ func validatePromote(c *tuskv1alpha1.PostgresCluster, instance string) error {
 		return refuse("cluster %s has no primary yet; wait until it is created", c.Name)
 	case st.TargetPrimary != "" && st.TargetPrimary != st.CurrentPrimary:
 		return refuse("a switchover from %s to %s is already under way; wait for it to finish (kubectl tusk status %s)", st.CurrentPrimary, st.TargetPrimary, c.Name)
+	case c.Annotations[tuskv1alpha1.AnnotationSwitchoverTo] != "":
+		return refuse("a switchover to %s was asked for and the operator has not taken it yet; wait for it (kubectl tusk status %s)",
+			c.Annotations[tuskv1alpha1.AnnotationSwitchoverTo], c.Name)
 	case instance == st.CurrentPrimary:
 		return refuse("%s is already the primary of %s", instance, c.Name)
 	}

@@ -68,6 +68,9 @@ func timedOut(key client.ObjectKey, instance string, lastErr error) error {
 // why it will not be.
 func switchoverDone(c *tuskv1alpha1.PostgresCluster, instance string) (bool, error) {
 	st := c.Status
+	if c.Annotations[tuskv1alpha1.AnnotationSwitchoverTo] == instance && st.TargetPrimary != instance {
+		return false, nil // asked for, not taken yet
+	}
 	switch st.TargetPrimary {
 	case instance:
 		return st.CurrentPrimary == instance && meta.IsStatusConditionTrue(st.Conditions, conditionReady), nil
