@@ -613,6 +613,7 @@ type InstanceStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 50",message="a PostgresCluster name is at most 50 characters, so its instance Pods and Services have room for their suffixes"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="a PostgresCluster name starts with a lowercase letter and has only lowercase letters, digits and '-' (no dots): it names the cluster's Services, which must be DNS labels"
 type PostgresCluster struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

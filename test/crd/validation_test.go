@@ -128,6 +128,9 @@ func TestInvalidClustersAreRejectedOnCreate(t *testing.T) {
 		{"recovery source without a path", `spec: {bootstrap: {recovery: {source: {endpoint: "https://s3", bucket: b1b, credentialsSecret: {name: s}}}}}`, "bootstrap.recovery.source.path is required"},
 		{"malformed recovery LSN", `spec: {bootstrap: {recovery: {backup: {name: b}, target: {lsn: "3000060"}}}}`, "spec.bootstrap.recovery.target.lsn"},
 		{"name too long", `metadata: {name: a-very-long-cluster-name-that-leaves-no-room-for-pods}`, "a PostgresCluster name is at most 50 characters"},
+		// Valid object names that can never name a Service.
+		{"name with a dot", `metadata: {name: orders.eu}`, "a PostgresCluster name starts with a lowercase letter and has only lowercase letters, digits and '-' (no dots)"},
+		{"name with a leading digit", `metadata: {name: 1orders}`, "a PostgresCluster name starts with a lowercase letter"},
 		{"retention in words", `spec: {backup: {objectStore: {endpoint: "https://s3", bucket: b1b, credentialsSecret: {name: s}}, retention: 7 days}}`, "spec.backup.retention"},
 		{"schedule that is not cron", `spec: {backup: {objectStore: {endpoint: "https://s3", bucket: b1b, credentialsSecret: {name: s}}, schedule: daily}}`, "spec.backup.schedule"},
 		{"lease renewed too seldom", `spec: {highAvailability: {leaseDuration: 4s, leaseRenewInterval: 3s}}`, "leaseRenewInterval must be at most half of leaseDuration"},
