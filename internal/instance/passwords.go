@@ -118,6 +118,7 @@ func (m *Manager) connectWith(ctx context.Context, password string) (*pgx.Conn, 
 	cfg.Database = "postgres"
 	cfg.ConnectTimeout = 3 * time.Second
 	cfg.RuntimeParams["application_name"] = "tusk-instance-manager"
+	pinSearchPath(cfg)
 	return pgx.ConnectConfig(ctx, cfg)
 }
 
@@ -125,4 +126,12 @@ func (m *Manager) connectWith(ctx context.Context, password string) (*pgx.Conn, 
 func isAuthFailure(err error) bool {
 	pgErr, ok := errors.AsType[*pgconn.PgError](err)
 	return ok && pgErr.Code == "28P01" // invalid_password
+}
+
+// pinSearchPath makes every name the manager's SQL does not qualify
+// resolve in pg_catalog only: the manager runs as a superuser, and a
+// function or operator a database user created in a schema on the default
+// search_path (public, "$user") must never run in its place.
+func pinSearchPath(cfg *pgx.ConnConfig) {
+	cfg.RuntimeParams["search_path"] = "pg_catalog"
 }

@@ -294,6 +294,7 @@ func (m *Manager) connectUpstream(ctx context.Context, up instanceapi.Upstream) 
 	cfg.User, cfg.Password, cfg.Database = superuser, m.currentSecrets().superuserPassword, "postgres"
 	cfg.ConnectTimeout = 5 * time.Second
 	cfg.RuntimeParams["application_name"] = m.opts.Name + "-rewind"
+	pinSearchPath(cfg)
 	if m.serverCerts != nil {
 		pem, err := os.ReadFile(m.serverCerts.caPath())
 		if err != nil {
