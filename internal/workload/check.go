@@ -28,6 +28,9 @@ func (k Key) compare(o Key) int {
 }
 
 // maxSample bounds the keys a report lists; counts are always complete.
+// Lost rows are listed up to MaxLost too, so that a caller that bounds the
+// loss otherwise (by when each was acknowledged) can judge every tolerated
+// one.
 const maxSample = 100
 
 // KeyList is a count of keys and the first of them.
@@ -36,9 +39,12 @@ type KeyList struct {
 	Sample []Key `json:"sample,omitempty"`
 }
 
-func newKeyList(keys []Key) KeyList {
+func newKeyList(keys []Key) KeyList { return newKeyListOf(keys, maxSample) }
+
+// newKeyListOf lists at most limit keys.
+func newKeyListOf(keys []Key, limit int) KeyList {
 	slices.SortFunc(keys, Key.compare)
-	return KeyList{Count: len(keys), Sample: keys[:min(len(keys), maxSample)]}
+	return KeyList{Count: len(keys), Sample: keys[:min(len(keys), limit)]}
 }
 
 // ClientSummary compares, for one client of one run, what the ledger says
@@ -226,7 +232,7 @@ func (c *checker) compare() {
 			phantoms = append(phantoms, k)
 		}
 	}
-	c.rep.Lost, c.rep.Duplicates, c.rep.Rejected = newKeyList(lost), newKeyList(dups), newKeyList(rejected)
+	c.rep.Lost, c.rep.Duplicates, c.rep.Rejected = newKeyListOf(lost, max(maxSample, c.opts.MaxLost)), newKeyList(dups), newKeyList(rejected)
 	c.rep.Phantoms, c.rep.AckedWithWarning = newKeyList(phantoms), newKeyList(warned)
 	c.rep.Clients = sortedSummaries(clients)
 }

@@ -257,3 +257,21 @@ func TestErrorKind(t *testing.T) {
 		}
 	}
 }
+
+// TestToleratedLossIsListedInFull: every lost row the options tolerate is
+// listed, beyond the usual sample, so that a caller can judge each one by
+// when it was acknowledged.
+func TestToleratedLossIsListedInFull(t *testing.T) {
+	const lost = 3 * maxSample
+	steps := []string{"ack 1 1 A 1"}
+	for s := 2; s <= lost+1; s++ {
+		steps = append(steps, fmt.Sprintf("ack 1 %d A %d", s, s))
+	}
+	r := Check(ledger(steps...), rows("1 1 A 1"), CheckOptions{MaxLost: lost})
+	if !r.OK || r.Lost.Count != lost || len(r.Lost.Sample) != lost {
+		t.Errorf("ok %t, %d lost, %d listed; want all %d listed", r.OK, r.Lost.Count, len(r.Lost.Sample), lost)
+	}
+	if r := Check(ledger(steps...), rows("1 1 A 1"), CheckOptions{}); len(r.Lost.Sample) != maxSample {
+		t.Errorf("without a tolerance, %d lost rows listed, want the sample of %d", len(r.Lost.Sample), maxSample)
+	}
+}
