@@ -74,8 +74,9 @@ func instancePodSpec(c *tuskv1alpha1.PostgresCluster, name, managerImage string)
 		PriorityClassName:             c.Spec.PriorityClassName,
 		TerminationGracePeriodSeconds: ptr.To[int64](terminationGracePeriod),
 		EnableServiceLinks:            ptr.To(false),
-		// The token lets the instance manager renew the primary Lease,
-		// the only right its service account has.
+		// The token lets the instance manager renew the primary Lease and
+		// list the namespace's EndpointSlices (draining), the only rights
+		// its service account has.
 		ServiceAccountName:           instanceServiceAccountName(c),
 		AutomountServiceAccountToken: ptr.To(true),
 		Hostname:                     name,
