@@ -59,6 +59,12 @@ func primaryFailure(c *tuskv1alpha1.PostgresCluster, v *view) string {
 		return "its pod is not running"
 	case p.status.Phase == instanceapi.PhaseFenced && !p.status.Fenced:
 		return "it fenced itself: " + p.status.LastError
+	case c.Status.TargetPrimary != c.Status.CurrentPrimary && p.status.Phase == instanceapi.PhaseRejoining:
+		// It stepped down for a switchover whose target was never
+		// promoted (its pod went too: every pod deleted at once), and
+		// its new pod waits for a primary to rejoin: nobody serves, and
+		// the switchover would wait for its role forever.
+		return "it stepped down and waits for a primary to rejoin: " + p.status.LastError
 	}
 	return ""
 }

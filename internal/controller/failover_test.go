@@ -19,29 +19,42 @@ func TestPrimaryFailure(t *testing.T) {
 		name   string
 		change func(p *member)
 		want   string // a word of the reason; "" for healthy
+		target string // status.targetPrimary, when a switchover is under way
 	}{
-		{"healthy", func(*member) {}, ""},
-		{"pod gone", func(p *member) { p.pod = nil }, "gone"},
+		{"healthy", func(*member) {}, "", ""},
+		{"pod gone", func(p *member) { p.pod = nil }, "gone", ""},
 		{"pod being deleted, postgres stopped", func(p *member) {
 			p.pod.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 			p.status.Phase, p.status.Role = instanceapi.PhaseStopped, instanceapi.RoleUnknown
-		}, "being deleted"},
+		}, "being deleted", ""},
 		{"pod being deleted, manager gone", func(p *member) {
 			p.pod.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 			p.status = nil
-		}, "being deleted"},
+		}, "being deleted", ""},
 		// Still serving: handed over (reconcileHandover), not failed over.
-		{"pod being deleted, still the primary", func(p *member) { p.pod.DeletionTimestamp = &metav1.Time{Time: time.Now()} }, ""},
-		{"manager does not answer", func(p *member) { p.status, p.err = nil, errTest }, "does not answer"},
-		{"fenced itself", func(p *member) { p.status.Phase, p.status.Role = instanceapi.PhaseFenced, instanceapi.RoleUnknown }, "fenced itself"},
+		{"pod being deleted, still the primary", func(p *member) { p.pod.DeletionTimestamp = &metav1.Time{Time: time.Now()} }, "", ""},
+		{"manager does not answer", func(p *member) { p.status, p.err = nil, errTest }, "does not answer", ""},
+		{"fenced itself", func(p *member) { p.status.Phase, p.status.Role = instanceapi.PhaseFenced, instanceapi.RoleUnknown }, "fenced itself", ""},
+		// A switchover whose target never became the primary (every pod
+		// deleted at once) leaves the stepped-down one waiting to rejoin.
+		{"stepped down, waiting for a primary to rejoin", func(p *member) {
+			p.status.Phase, p.status.Role = instanceapi.PhaseRejoining, instanceapi.RoleUnknown
+		}, "waits for a primary to rejoin", "pg-3"},
+		// Rejoining outside a switchover is the demote path's business.
+		{"rejoining, no switchover under way", func(p *member) {
+			p.status.Phase, p.status.Role = instanceapi.PhaseRejoining, instanceapi.RoleUnknown
+		}, "", ""},
 		// The manager restarts a crashed postgres faster than a failover.
-		{"postgres crashed", func(p *member) { p.status.Phase, p.status.Role = instanceapi.PhaseCrashed, instanceapi.RoleUnknown }, ""},
+		{"postgres crashed", func(p *member) { p.status.Phase, p.status.Role = instanceapi.PhaseCrashed, instanceapi.RoleUnknown }, "", ""},
 		// Fenced by hand: stopped on purpose, not replaced.
-		{"fenced by hand", func(p *member) { p.status.Phase, p.status.Fenced = instanceapi.PhaseFenced, true }, ""},
+		{"fenced by hand", func(p *member) { p.status.Phase, p.status.Fenced = instanceapi.PhaseFenced, true }, "", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := clusterWithPrimary(3, 1)
+			if tc.target != "" {
+				c.Status.TargetPrimary = tc.target
+			}
 			v := testView(c, inst{serial: 1, ready: true}, inst{serial: 2, ready: true, streaming: true}, inst{serial: 3, ready: true, streaming: true})
 			tc.change(v.member(c.Status.CurrentPrimary))
 			got := primaryFailure(c, v)
