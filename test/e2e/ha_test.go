@@ -17,6 +17,7 @@ import (
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
@@ -234,4 +235,42 @@ func TestOperatorKilledMidFailover(t *testing.T) {
 	t.Logf("primary now %s (the killed operator's choice: %s); Healthy and writing again %.1fs after the deletion",
 		primary, f.target, done.Sub(start).Seconds())
 	t.Logf("figure: operator killed mid-failover write gap %.2fs", gap.Seconds())
+}
+
+// TestHandoverWhoseTargetGoesToo: the primary's pod is deleted and, as soon
+// as the operator names the replica it hands over to, every other pod is
+// deleted too, as when a node restarts: the target is never promoted and
+// the old primary's new pod waits for a primary to rejoin. The failover
+// rules finish it: Healthy, exactly one primary, writes through again,
+// nothing acknowledged lost.
+func TestHandoverWhoseTargetGoesToo(t *testing.T) {
+	ns := newNamespace(t)
+	const name = "hogone"
+	newHACluster(t, ns, name)
+	w := startWorkload(t, ns, name)
+
+	start := time.Now()
+	old := deletePrimaryPod(t, ns, name)
+	var target string
+	eventuallyEvery(t, time.Minute, 10*time.Millisecond, "the replica the primary's role is handed over to", func(ctx context.Context) (bool, error) {
+		pgc, err := getCluster(ctx, ns, name)
+		if err != nil {
+			return false, err
+		}
+		target = pgc.Status.TargetPrimary
+		return target != old, nil
+	})
+	for _, p := range mustClusterPods(t, ns, name) {
+		if err := clientset.CoreV1().Pods(ns).Delete(context.Background(), p.Name, metav1.DeleteOptions{}); client.IgnoreNotFound(err) != nil {
+			t.Fatalf("deleting %s: %v", p.Name, err)
+		}
+	}
+	t.Logf("deleted every pod while %s was handed over to %s, %.2fs after the deletion", old, target, time.Since(start).Seconds())
+	waitHealthy(t, ns, name, haInstances, clusterChangeTimeout)
+	w.WaitAcks(t, 100, 2*time.Minute)
+	done := time.Now()
+
+	logFailoverEvents(t, ns)
+	t.Logf("primary now %s; Healthy and writing again %.1fs after the deletion", assertOnePrimary(t, ns, name), done.Sub(start).Seconds())
+	stopAndCheck(t, w, "handover target deleted too", start, done)
 }
