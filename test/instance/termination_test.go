@@ -76,6 +76,17 @@ func (s *testSlice) set(ready, serving bool) {
 	s.slice = updated
 }
 
+// waitStandby waits until a standby streams from primary.
+func waitStandby(primary *node) {
+	primary.t.Helper()
+	primary.waitFor("a streaming standby", func(st instanceapi.Status) error {
+		if len(st.Replicas) == 0 {
+			return errors.New("no standby yet")
+		}
+		return nil
+	})
+}
+
 // sigterm asks the manager to stop, as the kubelet does, without waiting.
 func (n *node) sigterm() time.Time {
 	n.t.Helper()
@@ -169,12 +180,7 @@ func TestHandoverOnSIGTERM(t *testing.T) {
 	primary.exec("INSERT INTO t VALUES (1)")
 	replica := startNode(t, "handover-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port, extraArgs: leaseArgs})
 	replica.waitReady(instanceapi.RoleReplica)
-	primary.waitFor("a streaming standby", func(st instanceapi.Status) error {
-		if len(st.Replicas) == 0 {
-			return errors.New("no standby yet")
-		}
-		return nil
-	})
+	waitStandby(primary)
 
 	primary.sigterm()
 	primary.waitFor("terminating while serving as the primary", func(st instanceapi.Status) error {
@@ -221,12 +227,7 @@ func TestHandoverWaitRunsOut(t *testing.T) {
 	primary.exec("CREATE TABLE t (id int PRIMARY KEY)")
 	replica := startNode(t, "nohandover-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port, extraArgs: leaseArgs})
 	replica.waitReady(instanceapi.RoleReplica)
-	primary.waitFor("a streaming standby", func(st instanceapi.Status) error {
-		if len(st.Replicas) == 0 {
-			return errors.New("no standby yet")
-		}
-		return nil
-	})
+	waitStandby(primary)
 	primary.exec("INSERT INTO t VALUES (1)")
 
 	asked := primary.sigterm()
@@ -304,12 +305,7 @@ func TestHandoverWaitEndsWhenNoStandbyIsLeft(t *testing.T) {
 	primary.waitReady(instanceapi.RolePrimary)
 	replica := startNode(t, "alone-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port, extraArgs: leaseArgs})
 	replica.waitReady(instanceapi.RoleReplica)
-	primary.waitFor("a streaming standby", func(st instanceapi.Status) error {
-		if len(st.Replicas) == 0 {
-			return errors.New("no standby yet")
-		}
-		return nil
-	})
+	waitStandby(primary)
 
 	primary.sigterm()
 	primary.waitLog("waiting for the operator to hand the primary role over")
