@@ -85,13 +85,12 @@ func TestBackupRefusedWhileAnotherRuns(t *testing.T) {
 	first := newBackup(ns, "first", "pg")
 	create(t, first)
 	// No instance is ready in envtest: the first one waits for one...
-	got := backupWhen(t, first, backupIn(tuskv1alpha1.BackupPhasePending, ReasonWaitingForInstance))
+	backupWhen(t, first, backupIn(tuskv1alpha1.BackupPhasePending, ReasonWaitingForInstance))
 	// ...and is made Running as if one had taken it.
-	got.Status.Phase, got.Status.Instance = tuskv1alpha1.BackupPhaseRunning, "pg-1"
-	got.Status.StartedAt = ptrTime(got.CreationTimestamp.Time)
-	if err := env.Client.Status().Update(context.Background(), got); err != nil {
-		t.Fatal(err)
-	}
+	updateBackupStatus(t, first, func(s *tuskv1alpha1.PostgresBackupStatus) {
+		s.Phase, s.Instance = tuskv1alpha1.BackupPhaseRunning, "pg-1"
+		s.StartedAt = ptrTime(first.CreationTimestamp.Time)
+	})
 
 	second := newBackup(ns, "second", "pg")
 	second.Spec.Target = tuskv1alpha1.BackupTargetPrimary

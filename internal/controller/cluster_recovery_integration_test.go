@@ -97,11 +97,22 @@ func TestRecoveryWaitsForItsBackup(t *testing.T) {
 // controller would.
 func setBackupPhase(t *testing.T, b *tuskv1alpha1.PostgresBackup, phase tuskv1alpha1.BackupPhase, store *tuskv1alpha1.ObjectStoreSpec) {
 	t.Helper()
+	updateBackupStatus(t, b, func(s *tuskv1alpha1.PostgresBackupStatus) {
+		s.Phase, s.ObjectStore = phase, store
+	})
+}
+
+// updateBackupStatus changes a PostgresBackup's status the way a second
+// writer must: on the latest version, again after a conflict. The backup
+// controller may still be writing it (a waiting backup's message changes
+// as the cluster's objects appear).
+func updateBackupStatus(t *testing.T, b *tuskv1alpha1.PostgresBackup, change func(*tuskv1alpha1.PostgresBackupStatus)) {
+	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(b), b); err != nil {
 			return err
 		}
-		b.Status.Phase, b.Status.ObjectStore = phase, store
+		change(&b.Status)
 		return env.Client.Status().Update(context.Background(), b)
 	})
 	if err != nil {
