@@ -42,6 +42,8 @@ func newOperatorCommand() *cobra.Command {
 	f.StringVar(&opts.ProbeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	f.BoolVar(&opts.LeaderElect, "leader-elect", true, "elect a leader so only one operator replica reconciles")
 	f.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (the pod's own when empty)")
+	f.StringSliceVar(&opts.WatchNamespaces, "watch-namespaces", nil,
+		"reconcile only the clusters of these namespaces (comma-separated; every namespace when empty): the operator then needs rights in these namespaces only")
 	f.DurationVar(&opts.GracefulShutdownTimeout, "graceful-shutdown-timeout", 30*time.Second, "how long running reconciles may take to finish on shutdown")
 	f.StringVar(&opts.Controllers.InstanceManagerImage, "instance-manager-image", os.Getenv("TUSK_INSTANCE_MANAGER_IMAGE"),
 		"image with the tusk binary for the PostgreSQL pods' init container (the operator's own image)")

@@ -32,16 +32,14 @@ func (r *ClusterReconciler) applyOwned(ctx context.Context, owner client.Object,
 	if !ok {
 		return fmt.Errorf("%T is not a client.Object", obj)
 	}
-	err = r.Get(ctx, client.ObjectKeyFromObject(obj), existing)
+	created, err := r.getOrCreate(ctx, obj, existing)
+	if created {
+		return nil
+	}
 	kind := fmt.Sprintf("%T %s", obj, obj.GetName())
 	switch {
-	case apierrors.IsNotFound(err):
-		if err := r.Create(ctx, obj); err != nil {
-			return fmt.Errorf("while creating %s: %w", kind, err)
-		}
-		return nil
 	case err != nil:
-		return fmt.Errorf("while reading %s: %w", kind, err)
+		return err
 	case !metav1.IsControlledBy(existing, owner):
 		// Someone else's object of the name Tusk needs: taking it over
 		// would let garbage collection delete it with the cluster.
@@ -55,6 +53,34 @@ func (r *ClusterReconciler) applyOwned(ctx context.Context, owner client.Object,
 		return fmt.Errorf("while updating %s: %w", kind, err)
 	}
 	return nil
+}
+
+// getOrCreate reads obj's existing version into existing, or creates obj
+// when there is none (created). The cache holds only what Tusk labelled:
+// an object it does not hold may still exist (someone else's, or one just
+// created that the cache has not seen yet), and is read from the API
+// server when the create finds it.
+func (r *ClusterReconciler) getOrCreate(ctx context.Context, obj, existing client.Object) (created bool, err error) {
+	key := client.ObjectKeyFromObject(obj)
+	kind := fmt.Sprintf("%T %s", obj, obj.GetName())
+	err = r.Get(ctx, key, existing)
+	if err == nil {
+		return false, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return false, fmt.Errorf("while reading %s: %w", kind, err)
+	}
+	err = r.Create(ctx, obj)
+	if err == nil {
+		return true, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return false, fmt.Errorf("while creating %s: %w", kind, err)
+	}
+	if err := r.api.Get(ctx, key, existing); err != nil {
+		return false, fmt.Errorf("while reading %s: %w", kind, err)
+	}
+	return false, nil
 }
 
 // hashOf is a short, stable hash of v's JSON form (maps are sorted).

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -196,19 +195,19 @@ func (r *BackupScheduleReconciler) clusterStore(ctx context.Context, c *tuskv1al
 
 // secretKeys reads a Secret that must have keys, non-empty.
 func (r *BackupScheduleReconciler) secretKeys(ctx context.Context, c *tuskv1alpha1.PostgresCluster, field, name string, keys ...string) (map[string][]byte, error) {
-	s := &corev1.Secret{}
-	if err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("the Secret %s named by %s does not exist", name, field)
-		}
-		return nil, fmt.Errorf("while reading the Secret %s: %w", name, err)
+	data, err := r.secrets.data(ctx, c.Namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	if data == nil {
+		return nil, fmt.Errorf("the Secret %s named by %s does not exist", name, field)
 	}
 	for _, k := range keys {
-		if len(s.Data[k]) == 0 {
+		if len(data[k]) == 0 {
 			return nil, fmt.Errorf("the Secret %s named by %s has no (or an empty) %q key", name, field, k)
 		}
 	}
-	return s.Data, nil
+	return data, nil
 }
 
 // retentionState is what the reconciler remembers of a cluster's

@@ -54,6 +54,8 @@ type BackupScheduleReconciler struct {
 	// Clock is the time schedules and retention go by (the real clock
 	// when nil).
 	Clock clock.PassiveClock
+	// secrets reads the object store's keys (the user's Secrets).
+	secrets secretReader
 
 	mu        sync.Mutex
 	retention map[client.ObjectKey]*retentionState

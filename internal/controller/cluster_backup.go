@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -143,9 +142,9 @@ func (r *ClusterReconciler) requireSecretKeys(ctx context.Context, c *tuskv1alph
 
 // requireSecretKeysAs is requireSecretKeys reporting reason.
 func (r *ClusterReconciler) requireSecretKeysAs(ctx context.Context, c *tuskv1alpha1.PostgresCluster, reason, field, name string, keys ...string) error {
-	data, err := r.existingSecretData(ctx, c.Namespace, name)
+	data, err := r.secrets.data(ctx, c.Namespace, name)
 	if err != nil {
-		return fmt.Errorf("while reading the Secret %s: %w", name, err)
+		return err
 	}
 	if data == nil {
 		return userError(reason, "the Secret %s named by %s does not exist", name, field)

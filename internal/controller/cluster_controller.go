@@ -54,6 +54,12 @@ type ClusterReconciler struct {
 	clients  instanceClients
 	leases   *leaseObserver
 	diverged firstSeen // replicas behind the primary's timeline
+	// secrets reads Secrets, the user's with uncached GETs; api reads
+	// what the cache does not hold; secretNames watches every Secret by
+	// name (see CacheOptions).
+	secrets     secretReader
+	api         client.Reader
+	secretNames secretNameCache
 }
 
 // +kubebuilder:rbac:groups=tusk.dev,resources=postgresclusters,verbs=get;list;watch;update;patch
@@ -307,7 +313,7 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tuskv1alpha1.PostgresCluster{}).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.clustersReading)).
+		WatchesRawSource(r.secretNames.secretChanges(r.clustersReading)).
 		Watches(&tuskv1alpha1.PostgresBackup{}, handler.EnqueueRequestsFromMapFunc(r.clustersRecoveringFrom)).
 		Watches(&tuskv1alpha1.PostgresCluster{}, handler.EnqueueRequestsFromMapFunc(r.clustersCloning)).
 		Owns(&corev1.Pod{}).

@@ -197,7 +197,8 @@ func TestEarlierBudgetsAreReplaced(t *testing.T) {
 	get(t, ns, "pg", &policyv1.PodDisruptionBudget{}) // reconciled once
 	c = get(t, ns, "pg", &tuskv1alpha1.PostgresCluster{})
 	one := intstr.FromInt32(1)
-	mine := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "pg-primary", Namespace: ns},
+	// As the earlier version made them: labelled with the cluster.
+	mine := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "pg-primary", Namespace: ns, Labels: clusterLabels(c)},
 		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tusk.dev/cluster": "pg"}}}}
 	if err := controllerutil.SetControllerReference(c, mine, env.Client.Scheme()); err != nil {
 		t.Fatal(err)
@@ -382,7 +383,8 @@ func TestSettledClusterIsNotRewritten(t *testing.T) {
 	clusterWhen(t, client.ObjectKeyFromObject(cluster), creating)
 	before := settle(t, cluster)
 
-	r := &ClusterReconciler{Client: env.Client, Config: testConfig}
+	r := &ClusterReconciler{Client: env.Client, Config: testConfig, api: env.Client,
+		secrets: secretReader{cached: env.Client, api: env.Client}}
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(cluster)}
 	for range 2 {
 		if _, err := r.Reconcile(ctx, req); err != nil {

@@ -61,7 +61,7 @@ func (r *ClusterReconciler) reconcileCredentials(ctx context.Context, c *tuskv1a
 // login reads the password from source (a Secret of the user's, or Tusk's
 // own Secret named own), generating one when Tusk's Secret has none yet.
 func (r *ClusterReconciler) login(ctx context.Context, c *tuskv1alpha1.PostgresCluster, source, own, defaultUser string) (credentials, error) {
-	data, err := r.existingSecretData(ctx, c.Namespace, source)
+	data, err := r.secrets.data(ctx, c.Namespace, source)
 	if err != nil {
 		return credentials{}, err
 	}

@@ -27,7 +27,7 @@ func mountedSecrets(c *tuskv1alpha1.PostgresCluster) []string {
 func (r *ClusterReconciler) mountedSecretsHash(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (string, error) {
 	var data []map[string][]byte
 	for _, name := range mountedSecrets(c) {
-		d, err := r.existingSecretData(ctx, c.Namespace, name)
+		d, err := r.secrets.data(ctx, c.Namespace, name)
 		if err != nil {
 			return "", err
 		}

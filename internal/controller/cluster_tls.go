@@ -2,14 +2,11 @@ package controller
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 	"tusk.dev/tusk/internal/instanceapi"
@@ -56,7 +53,7 @@ func (r *ClusterReconciler) reconcileTLS(ctx context.Context, c *tuskv1alpha1.Po
 		return nil, err
 	}
 	now := time.Now()
-	caData, err := r.existingSecretData(ctx, c.Namespace, caSecretName(c))
+	caData, err := r.secrets.data(ctx, c.Namespace, caSecretName(c))
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +98,7 @@ func (r *ClusterReconciler) clusterCA(ctx context.Context, c *tuskv1alpha1.Postg
 	if c.Spec.TLS != nil && c.Spec.TLS.CASecret != nil {
 		name = c.Spec.TLS.CASecret.Name
 	}
-	data, err := r.existingSecretData(ctx, c.Namespace, name)
+	data, err := r.secrets.data(ctx, c.Namespace, name)
 	if err != nil {
 		return pki.KeyPair{}, err
 	}
@@ -119,7 +116,7 @@ func (r *ClusterReconciler) clusterCA(ctx context.Context, c *tuskv1alpha1.Postg
 // valid: reissued when missing, expiring, from another CA or lacking names.
 func (r *ClusterReconciler) reconcileLeafSecret(ctx context.Context, c *tuskv1alpha1.PostgresCluster, name string,
 	ca pki.KeyPair, names []string, issue func() (pki.KeyPair, error)) error {
-	existing, err := r.existingSecretData(ctx, c.Namespace, name)
+	existing, err := r.secrets.data(ctx, c.Namespace, name)
 	if err != nil {
 		return err
 	}
@@ -158,19 +155,6 @@ func serverNames(c *tuskv1alpha1.PostgresCluster) []string {
 // certificate when it connects to the pod by IP.
 func instanceServerName(c *tuskv1alpha1.PostgresCluster) string {
 	return rServiceName(c) + "." + c.Namespace + ".svc"
-}
-
-// existingSecretData reads a Secret's data; nil when it does not exist.
-func (r *ClusterReconciler) existingSecretData(ctx context.Context, namespace, name string) (map[string][]byte, error) {
-	s := &corev1.Secret{}
-	err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, s)
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("while reading Secret %s: %w", name, err)
-	}
-	return s.Data, nil
 }
 
 func secret(c *tuskv1alpha1.PostgresCluster, name string, typ corev1.SecretType, data map[string][]byte) *corev1.Secret {

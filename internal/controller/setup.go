@@ -4,7 +4,12 @@
 package controller
 
 import (
+	"fmt"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -12,28 +17,72 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// SetupWithManager registers every Tusk reconciler with mgr.
-func SetupWithManager(mgr ctrl.Manager, cfg Config) error {
-	clusters := &ClusterReconciler{Client: mgr.GetClient(), Config: cfg, Recorder: mgr.GetEventRecorder("tusk")}
+// SetupWithManager registers every Tusk reconciler with mgr. namespaces
+// are those the operator watches (every namespace when empty), as given to
+// CacheOptions.
+func SetupWithManager(mgr ctrl.Manager, cfg Config, namespaces []string) error {
+	secretNames, err := newSecretNameCache(mgr, namespaces)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(secretNames); err != nil {
+		return fmt.Errorf("while adding the Secret name cache: %w", err)
+	}
+	secrets := secretReader{cached: mgr.GetClient(), api: mgr.GetAPIReader()}
+	clusters := &ClusterReconciler{Client: mgr.GetClient(), Config: cfg, Recorder: mgr.GetEventRecorder("tusk"),
+		secrets: secrets, api: mgr.GetAPIReader(), secretNames: secretNames}
 	if err := clusters.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	schedules := &BackupScheduleReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("tusk"), Clock: cfg.Clock}
+	schedules := &BackupScheduleReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("tusk"), Clock: cfg.Clock, secrets: secrets}
 	if err := schedules.SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return (&BackupReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("tusk")}).SetupWithManager(mgr)
 }
 
-// CacheOptions limit what the manager's cache holds to what Tusk reads:
-// of the Leases, only its clusters' primary Leases (every node renews a
-// Lease of its own every few seconds, which Tusk has no use for).
-func CacheOptions() cache.Options {
+// CacheOptions limit what the manager's cache holds to the objects Tusk
+// made: of every kind but its own custom resources, only objects labelled
+// with a cluster (Tusk labels all it creates), without their managedFields.
+// Caching a kind cluster-wide holds every object of it in memory: the
+// Secrets of a large cluster alone run to gigabytes. A Secret the user
+// names is read with an uncached GET (secretReader) and watched by name
+// only (newSecretNameCache). namespaces limit the cache to those
+// namespaces; every namespace when empty.
+func CacheOptions(namespaces []string) cache.Options {
+	ours := tuskObjects()
+	byObject := map[client.Object]cache.ByObject{}
+	for _, o := range []client.Object{
+		&corev1.Pod{}, &corev1.PersistentVolumeClaim{}, &corev1.Service{}, &corev1.Secret{}, &corev1.ConfigMap{},
+		&corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}, &policyv1.PodDisruptionBudget{},
+		// Every node renews a Lease of its own every few seconds.
+		&coordinationv1.Lease{},
+	} {
+		byObject[o] = cache.ByObject{Label: ours}
+	}
+	return cache.Options{
+		ByObject:          byObject,
+		DefaultNamespaces: namespaceConfigs(namespaces),
+		DefaultTransform:  cache.TransformStripManagedFields(),
+	}
+}
+
+// tuskObjects selects the objects Tusk made for a cluster.
+func tuskObjects() labels.Selector {
 	ours, err := labels.NewRequirement(LabelCluster, selection.Exists, nil)
 	if err != nil {
 		panic(err) // a constant label key: cannot fail
 	}
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&coordinationv1.Lease{}: {Label: labels.NewSelector().Add(*ours)},
-	}}
+	return labels.NewSelector().Add(*ours)
+}
+
+func namespaceConfigs(namespaces []string) map[string]cache.Config {
+	if len(namespaces) == 0 {
+		return nil
+	}
+	configs := make(map[string]cache.Config, len(namespaces))
+	for _, ns := range namespaces {
+		configs[ns] = cache.Config{}
+	}
+	return configs
 }

@@ -39,13 +39,13 @@ func runSuite(m *testing.M) int {
 	}
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:  s,
-		Cache:   CacheOptions(),
+		Cache:   CacheOptions(nil),
 		Metrics: metricsserver.Options{BindAddress: "0"},
 	})
 	if err == nil {
 		cfg := testConfig
 		cfg.Clock = backupClock
-		err = SetupWithManager(mgr, cfg)
+		err = SetupWithManager(mgr, cfg, nil)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -37,6 +37,10 @@ type Options struct {
 	// GracefulShutdownTimeout bounds how long running reconciles may take to
 	// finish after SIGTERM.
 	GracefulShutdownTimeout time.Duration
+	// WatchNamespaces limit the operator to the clusters of these
+	// namespaces (and what it reads and caches to them); every namespace
+	// when empty.
+	WatchNamespaces []string
 	// Controllers configure the reconcilers.
 	Controllers controller.Config
 }
@@ -49,7 +53,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	if err := controller.SetupWithManager(mgr, opts.Controllers); err != nil {
+	if err := controller.SetupWithManager(mgr, opts.Controllers, opts.WatchNamespaces); err != nil {
 		return fmt.Errorf("while registering controllers: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -58,7 +62,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return fmt.Errorf("while adding the readiness check: %w", err)
 	}
-	ctrl.LoggerFrom(ctx).Info("Starting the operator", "leaderElection", opts.LeaderElect)
+	ctrl.LoggerFrom(ctx).Info("Starting the operator", "leaderElection", opts.LeaderElect, "watchNamespaces", opts.WatchNamespaces)
 	return mgr.Start(ctx)
 }
 
@@ -77,7 +81,7 @@ func newManager(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manag
 	shutdown := opts.GracefulShutdownTimeout
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        s,
-		Cache:                         controller.CacheOptions(),
+		Cache:                         controller.CacheOptions(opts.WatchNamespaces),
 		Logger:                        ctrl.LoggerFrom(ctx),
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        opts.ProbeAddr,

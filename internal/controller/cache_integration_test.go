@@ -1,0 +1,118 @@
+//go:build integration
+
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"tusk.dev/tusk/internal/testenv"
+)
+
+// startCache starts a cache with opts against the test's API server until
+// the test ends.
+func startCache(t *testing.T, opts cache.Options) cache.Cache {
+	t.Helper()
+	opts.Scheme = env.Client.Scheme()
+	c, err := cache.New(env.Config, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("cache: %v", err)
+		}
+	})
+	if !c.WaitForCacheSync(ctx) {
+		t.Fatal("the cache did not start")
+	}
+	return c
+}
+
+func secretNamed(ns, name string, labels map[string]string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels,
+			Annotations: map[string]string{"note": strings.Repeat("a", 4096)}},
+		Data: map[string][]byte{"payload": []byte(strings.Repeat("x", 64<<10))},
+	}
+}
+
+func cachedSecretNames(t *testing.T, c cache.Cache) []string {
+	t.Helper()
+	var list corev1.SecretList
+	if err := c.List(context.Background(), &list); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range list.Items {
+		if len(s.ManagedFields) > 0 {
+			t.Errorf("Secret %s/%s is cached with its managedFields", s.Namespace, s.Name)
+		}
+		names = append(names, s.Namespace+"/"+s.Name)
+	}
+	return names
+}
+
+// TestCacheHoldsOnlyTuskObjects: the operator's cache holds the Secrets
+// Tusk made (labelled with a cluster), never the others of the namespace or
+// of the Kubernetes cluster, and only the watched namespaces' when it is
+// limited to some. The Secret name cache holds every Secret's name and
+// version, without its data, labels or annotations.
+func TestCacheHoldsOnlyTuskObjects(t *testing.T) {
+	ns, other := newNamespace(t), newNamespace(t)
+	everywhere := startCache(t, CacheOptions(nil))
+	namespaced := startCache(t, CacheOptions([]string{ns}))
+	names := startCache(t, secretNameCacheOptions(nil))
+
+	users := secretNamed(ns, "users", nil)
+	tusks := secretNamed(ns, "tusks", map[string]string{LabelCluster: "pg"})
+	elsewhere := secretNamed(other, "tusks", map[string]string{LabelCluster: "pg"})
+	for _, s := range []*corev1.Secret{users, tusks, elsewhere} {
+		create(t, s)
+	}
+	// One watch delivers a kind's events in order: once a cache holds the
+	// Secret created last, it holds whatever it would of those before.
+	for c, last := range map[cache.Cache]*corev1.Secret{everywhere: elsewhere, namespaced: tusks} {
+		testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+			return c.Get(ctx, client.ObjectKeyFromObject(last), &corev1.Secret{})
+		})
+	}
+
+	all := cachedSecretNames(t, everywhere)
+	if slices.Contains(all, ns+"/users") {
+		t.Errorf("the cache holds the user's Secret %s/users; it holds %v", ns, all)
+	}
+	if !slices.Contains(all, ns+"/tusks") || !slices.Contains(all, other+"/tusks") {
+		t.Errorf("the cache holds %v, want both of Tusk's Secrets", all)
+	}
+	if got := cachedSecretNames(t, namespaced); !slices.Equal(got, []string{ns + "/tusks"}) {
+		t.Errorf("the cache of namespace %s holds %v, want only %s/tusks", ns, got, ns)
+	}
+
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		meta := &metav1.PartialObjectMetadata{}
+		meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+		if err := names.Get(ctx, client.ObjectKeyFromObject(users), meta); err != nil {
+			return err
+		}
+		if meta.ResourceVersion != users.ResourceVersion || meta.UID != users.UID {
+			return fmt.Errorf("the name cache holds version %s (uid %s), want %s (%s)", meta.ResourceVersion, meta.UID, users.ResourceVersion, users.UID)
+		}
+		if len(meta.Labels)+len(meta.Annotations)+len(meta.ManagedFields) > 0 {
+			t.Errorf("the name cache holds more than the name of %s: %+v", users.Name, meta.ObjectMeta)
+		}
+		return nil
+	})
+}
