@@ -26,11 +26,12 @@ import (
 	"tusk.dev/tusk/internal/testenv"
 )
 
-func render(t *testing.T) []*unstructured.Unstructured {
+// render returns the objects of the kustomization config/<dir>.
+func render(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
-	out, err := exec.Command("kubectl", "kustomize", filepath.Join(testenv.RepoRoot(), "config", "default")).Output()
+	out, err := exec.Command("kubectl", "kustomize", filepath.Join(testenv.RepoRoot(), "config", dir)).Output()
 	if err != nil {
-		t.Fatalf("kubectl kustomize config/default: %v", err)
+		t.Fatalf("kubectl kustomize config/%s: %v", dir, err)
 	}
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
 	var objs []*unstructured.Unstructured
@@ -54,7 +55,7 @@ func TestDeployManifests(t *testing.T) {
 	ctx := context.Background()
 
 	var deployment *appsv1.Deployment
-	for _, obj := range render(t) {
+	for _, obj := range render(t, "default") {
 		if err := env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner("test"), client.ForceOwnership); err != nil {
 			t.Fatalf("applying %s %s: %v", obj.GetKind(), obj.GetName(), err)
 		}
