@@ -101,6 +101,15 @@ type PostgresClusterSpec struct {
 	// +optional
 	SuperuserSecret *corev1.LocalObjectReference `json:"superuserSecret,omitempty"`
 
+	// SuperuserAccess lets the postgres superuser log in over the network
+	// with its password. Off by default: the superuser then reaches
+	// PostgreSQL only over the Unix socket inside a pod (`kubectl exec`),
+	// because a database superuser can read any file the server can: the
+	// pod's service-account token, the object store's keys and the server's
+	// private key among them. Tusk itself never needs it.
+	// +optional
+	SuperuserAccess bool `json:"superuserAccess,omitempty"`
+
 	// TLS configures the certificates of the PostgreSQL servers. TLS is
 	// always on; by default Tusk creates a CA per cluster.
 	// +optional

@@ -19,7 +19,7 @@ import (
 // desiredConfig is the PostgreSQL configuration every instance gets: the
 // user's parameters and the quorum of synchronous standbys.
 func desiredConfig(c *tuskv1alpha1.PostgresCluster, v *view) instanceapi.Config {
-	cfg := instanceapi.Config{Parameters: userParameters(c)}
+	cfg := instanceapi.Config{Parameters: userParameters(c), SuperuserRemoteAccess: c.Spec.SuperuserAccess}
 	if q := desiredQuorum(c, v); q != nil {
 		cfg.SynchronousStandbyNames = postgres.SynchronousStandbyNames(int(q.Number), q.Standbys)
 	}

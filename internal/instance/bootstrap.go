@@ -139,7 +139,48 @@ func (m *Manager) createRolesAndDatabase(ctx context.Context, conn *pgx.Conn) er
 			return fmt.Errorf("while setting up the new cluster (%s): %w", firstWords(s, 3), err)
 		}
 	}
-	return nil
+	return m.grantRewindRights(ctx, conn)
+}
+
+// grantRewindRights lets the replication role do what pg_rewind does on
+// the primary it reads, so that no superuser has to log in over the
+// network: list, stat and read the data directory's files (these
+// functions read nothing outside it without pg_read_server_files), and,
+// from PostgreSQL 15 on, CHECKPOINT (checkpointUpstream). Replicas are
+// copies and need nothing. Rights already there are not granted again, and
+// the grant does not wait for synchronous standbys (there may be none
+// streaming): it reaches them as any WAL does.
+func (m *Manager) grantRewindRights(ctx context.Context, conn *pgx.Conn) error {
+	has := `has_function_privilege($1, 'pg_catalog.pg_ls_dir(text, boolean, boolean)', 'EXECUTE')
+		AND has_function_privilege($1, 'pg_catalog.pg_stat_file(text, boolean)', 'EXECUTE')
+		AND has_function_privilege($1, 'pg_catalog.pg_read_binary_file(text)', 'EXECUTE')
+		AND has_function_privilege($1, 'pg_catalog.pg_read_binary_file(text, bigint, bigint, boolean)', 'EXECUTE')`
+	if m.opts.MajorVersion >= 15 {
+		has += ` AND pg_has_role($1, 'pg_checkpoint', 'MEMBER')`
+	}
+	var granted bool
+	if err := conn.QueryRow(ctx, "SELECT "+has, replicationUser).Scan(&granted); err != nil || granted {
+		return err
+	}
+	role := ident(replicationUser)
+	statements := []string{
+		"SET LOCAL synchronous_commit TO local",
+		"GRANT EXECUTE ON FUNCTION pg_catalog.pg_ls_dir(text, boolean, boolean) TO " + role,
+		"GRANT EXECUTE ON FUNCTION pg_catalog.pg_stat_file(text, boolean) TO " + role,
+		"GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text) TO " + role,
+		"GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text, bigint, bigint, boolean) TO " + role,
+	}
+	if m.opts.MajorVersion >= 15 {
+		statements = append(statements, "GRANT pg_checkpoint TO "+role)
+	}
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		for _, s := range statements {
+			if _, err := tx.Exec(ctx, s); err != nil {
+				return fmt.Errorf("while giving the replication role pg_rewind's rights (%s): %w", s, err)
+			}
+		}
+		return nil
+	})
 }
 
 // createReplicationRole is the statement creating the replication role:

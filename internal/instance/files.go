@@ -102,30 +102,19 @@ func (m *Manager) replicationConnInfo(up instanceapi.Upstream) pgconf.ConnInfo {
 	return ci
 }
 
-// superuserConnInfo is how pg_rewind reads the new primary: with the
-// superuser's password from the passfile, over TLS verifying the primary's
-// certificate when the cluster has one.
-func (m *Manager) superuserConnInfo(up instanceapi.Upstream) string {
-	ci := pgconf.ConnInfo{
-		Host:            up.Host,
-		HostAddr:        up.HostAddr,
-		Port:            up.Port,
-		User:            superuser,
-		ApplicationName: m.opts.Name + "-rewind",
-		PassFile:        m.passfilePath(),
-		SSLMode:         "prefer",
-	}
-	if m.serverCerts != nil {
-		ci.SSLMode, ci.SSLRootCert, ci.SSLCert = "verify-full", m.serverCerts.caPath(), m.serverCerts.noClientCertPath()
-	}
-	// Rewound against anything but the primary (the -rw Service's
-	// endpoints may still lead to the former one), a replica finds "no
-	// rewind required" and then cannot follow the real primary.
-	if m.opts.UpstreamPrimaryOnly && m.opts.MajorVersion >= 14 {
-		ci.TargetSessionAttrs = "primary"
-	}
+// rewindConnInfo is how pg_rewind reads the new primary: as the
+// replication role (which may read the data directory's files and nothing
+// more: grantRewindRights), authenticated as replicas are, over TLS
+// verifying the primary's certificate when the cluster has one. The
+// superuser never logs in over the network (pg_hba.conf refuses it).
+func (m *Manager) rewindConnInfo(up instanceapi.Upstream) string {
+	ci := m.replicationConnInfo(up)
+	ci.DBName, ci.ApplicationName = rewindDatabase, m.opts.Name+"-rewind"
 	return pgconf.PrimaryConnInfo(ci)
 }
+
+// rewindDatabase is the database pg_rewind's session opens.
+const rewindDatabase = "postgres"
 
 // sslEnv passes ci's TLS settings to a libpq program (pg_basebackup) in
 // its environment.
@@ -189,7 +178,8 @@ func (m *Manager) writeConfigIn(dir string, st state) error {
 	for _, p := range rendered.Ignored {
 		m.log.Info("Ignoring a parameter", "parameter", p.Name, "reason", p.Reason)
 	}
-	hba, err := pgconf.PgHBA(pgconf.HBAConfig{ReplicationUser: replicationUser, TLS: conf.TLS != nil, ReplicationAuth: replicationAuth})
+	hba, err := pgconf.PgHBA(pgconf.HBAConfig{ReplicationUser: replicationUser, TLS: conf.TLS != nil, ReplicationAuth: replicationAuth,
+		SuperuserRemoteAccess: st.config.SuperuserRemoteAccess})
 	if err != nil {
 		return fmt.Errorf("while rendering pg_hba.conf: %w", err)
 	}

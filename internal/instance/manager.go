@@ -167,6 +167,9 @@ type Manager struct {
 	// unprepared: fenced by hand since before this start, the data
 	// directory was left as it was; Unfence prepares it.
 	unprepared bool
+	// rewindRightsGranted: this primary gave the replication role
+	// pg_rewind's rights (grantRewindRights); the run loop alone uses it.
+	rewindRightsGranted bool
 	// crashes counts the short runs of postgres; the run loop alone uses
 	// it (state.crashStreak shows it).
 	crashes crashLoop

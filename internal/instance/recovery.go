@@ -393,6 +393,9 @@ func (m *Manager) reconcileRecoveredRoles(ctx context.Context, conn *pgx.Conn) e
 	if err := m.ensureRole(ctx, conn, monitorRole, fmt.Sprintf("CREATE ROLE %s NOLOGIN IN ROLE pg_monitor", ident(monitorRole)), ""); err != nil {
 		return err
 	}
+	if err := m.grantRewindRights(ctx, conn); err != nil {
+		return err
+	}
 	owner, database := m.opts.InitDB.Owner, m.opts.InitDB.Database
 	if owner == "" {
 		return nil

@@ -238,7 +238,7 @@ func (m *Manager) rejoin(ctx context.Context, up instanceapi.Upstream) error {
 		return err
 	}
 	m.checkpointUpstream(ctx, up)
-	err := m.runTool(ctx, "pg_rewind", nil, "--target-pgdata="+m.opts.DataDir, "--source-server="+m.superuserConnInfo(up), "--progress")
+	err := m.runTool(ctx, "pg_rewind", nil, "--target-pgdata="+m.opts.DataDir, "--source-server="+m.rewindConnInfo(up), "--progress")
 	if err != nil && couldNotConnect(err) {
 		// Nothing was touched; a fresh copy would fail the same way, or
 		// throw away a data directory that a rewind can still save.
@@ -260,7 +260,9 @@ func (m *Manager) rejoin(ctx context.Context, up instanceapi.Upstream) error {
 // old timeline until its end-of-recovery checkpoint (a spread one) is
 // done, and pg_rewind then finds "no rewind required" and leaves this data
 // directory on a history the primary does not have, which it can never
-// follow. Best effort: when it fails, pg_rewind decides as it would have.
+// follow. The replication role may CHECKPOINT from PostgreSQL 15 on
+// (pg_checkpoint). Best effort: when it fails, pg_rewind decides as it
+// would have.
 func (m *Manager) checkpointUpstream(ctx context.Context, up instanceapi.Upstream) {
 	ctx, cancel := context.WithTimeout(ctx, upstreamCheckpointTimeout)
 	defer cancel()
@@ -282,7 +284,8 @@ func (m *Manager) checkpointUpstream(ctx context.Context, up instanceapi.Upstrea
 // upstreamCheckpointTimeout bounds checkpointUpstream.
 const upstreamCheckpointTimeout = 30 * time.Second
 
-// connectUpstream opens a superuser session on up, as pg_rewind's:
+// connectUpstream opens a session on up as pg_rewind's: as the
+// replication role, with its password or its client certificate, over
 // verified TLS when the cluster has certificates (the name checked is
 // up.Host, the address tried first up.HostAddr).
 func (m *Manager) connectUpstream(ctx context.Context, up instanceapi.Upstream) (*pgx.Conn, error) {
@@ -291,20 +294,36 @@ func (m *Manager) connectUpstream(ctx context.Context, up instanceapi.Upstream) 
 		return nil, err
 	}
 	cfg.Host, cfg.Port = cmp.Or(up.HostAddr, up.Host), uint16(up.Port) //nolint:gosec // a port number
-	cfg.User, cfg.Password, cfg.Database = superuser, m.currentSecrets().superuserPassword, "postgres"
+	cfg.User, cfg.Password, cfg.Database = replicationUser, m.currentSecrets().replicationPassword, rewindDatabase
 	cfg.ConnectTimeout = 5 * time.Second
 	cfg.RuntimeParams["application_name"] = m.opts.Name + "-rewind"
 	pinSearchPath(cfg)
 	if m.serverCerts != nil {
-		pem, err := os.ReadFile(m.serverCerts.caPath())
-		if err != nil {
-			return nil, fmt.Errorf("while reading the cluster's CA: %w", err)
+		if cfg.TLSConfig, err = m.upstreamTLS(up.Host); err != nil {
+			return nil, err
 		}
-		roots := x509.NewCertPool()
-		roots.AppendCertsFromPEM(pem)
-		cfg.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, ServerName: up.Host}
 	}
 	return pgx.ConnectConfig(ctx, cfg)
+}
+
+// upstreamTLS verifies the upstream's certificate for serverName and
+// presents the replication client certificate when replicas use one.
+func (m *Manager) upstreamTLS(serverName string) (*tls.Config, error) {
+	pem, err := os.ReadFile(m.serverCerts.caPath())
+	if err != nil {
+		return nil, fmt.Errorf("while reading the cluster's CA: %w", err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pem)
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, ServerName: serverName}
+	if c := m.replicationCerts; c != nil {
+		pair, err := tls.LoadX509KeyPair(c.certPath(), c.keyPath())
+		if err != nil {
+			return nil, fmt.Errorf("while reading the replication client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
 }
 
 // reclone makes a stopped replica's data directory a fresh copy of up,

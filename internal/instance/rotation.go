@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+	"time"
 
 	"tusk.dev/tusk/internal/instanceapi"
 )
@@ -24,7 +25,7 @@ func (m *Manager) CheckSecrets(ctx context.Context) error {
 // and postgres re-reads them on reload; the HTTP API serves a new one from
 // the next connection on. Changed passwords are applied (syncPasswords).
 func (m *Manager) checkSecrets(ctx context.Context) error {
-	errs := []error{m.syncPasswords(ctx)}
+	errs := []error{m.syncPasswords(ctx), m.ensureRewindRights(ctx)}
 	reload, err := m.syncCertificates()
 	errs = append(errs, err)
 	if reload {
@@ -49,5 +50,26 @@ func (m *Manager) reloadTLS(ctx context.Context) error {
 	if len(res.Errors) > 0 {
 		return fmt.Errorf("postgres refused settings on reload: %v", res.Errors)
 	}
+	return nil
+}
+
+// ensureRewindRights gives the replication role pg_rewind's rights once per
+// run of a primary: clusters made before it had them lack them.
+func (m *Manager) ensureRewindRights(ctx context.Context) error {
+	s := m.snapshot()
+	if m.rewindRightsGranted || s.role != instanceapi.RolePrimary || s.phase != instanceapi.PhaseRunning {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := m.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	if err := m.grantRewindRights(ctx, conn); err != nil {
+		return err
+	}
+	m.rewindRightsGranted = true
 	return nil
 }

@@ -233,13 +233,15 @@ func TestConnInfoWithTLS(t *testing.T) {
 		not  []string
 	}{
 		{"replication without TLS", pgconf.PrimaryConnInfo(plain.replicationConnInfo(up)), []string{"sslmode=prefer"}, []string{"sslcert", "sslrootcert"}},
-		{"rewind without TLS", plain.superuserConnInfo(up), []string{"sslmode=prefer", "user=postgres"}, []string{"sslrootcert"}},
+		{"rewind without TLS", plain.rewindConnInfo(up), []string{"sslmode=prefer", "user=tusk_replication", "dbname=postgres"}, []string{"sslrootcert", "user=postgres"}},
 		{"replication with a client certificate", pgconf.PrimaryConnInfo(withTLS.replicationConnInfo(up)), []string{"sslmode=verify-full",
 			"sslcert=/run/tusk/replication-tls/tls.crt", "sslkey=/run/tusk/replication-tls/tls.key", "sslrootcert=/run/tusk/replication-tls/ca.crt"}, nil},
 		{"replication with a password over TLS", pgconf.PrimaryConnInfo(serverOnly.replicationConnInfo(up)), []string{"sslmode=verify-full",
 			"sslrootcert=/run/tusk/tls/ca.crt", "sslcert=/run/tusk/tls/no-client-certificate"}, []string{"sslkey"}},
-		{"rewind over TLS", withTLS.superuserConnInfo(up), []string{"sslmode=verify-full", "user=postgres", "sslrootcert=/run/tusk/tls/ca.crt",
-			"sslcert=/run/tusk/tls/no-client-certificate"}, []string{"replication-tls"}},
+		{"rewind with a client certificate", withTLS.rewindConnInfo(up), []string{"sslmode=verify-full", "user=tusk_replication", "dbname=postgres",
+			"sslcert=/run/tusk/replication-tls/tls.crt", "sslkey=/run/tusk/replication-tls/tls.key"}, []string{"user=postgres"}},
+		{"rewind with a password over TLS", serverOnly.rewindConnInfo(up), []string{"sslmode=verify-full", "user=tusk_replication", "dbname=postgres",
+			"sslrootcert=/run/tusk/tls/ca.crt", "sslcert=/run/tusk/tls/no-client-certificate"}, []string{"sslkey", "user=postgres"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

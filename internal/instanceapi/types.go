@@ -298,6 +298,9 @@ type Config struct {
 	// SynchronousStandbyNames is the primary's synchronous_standby_names,
 	// computed by the operator from the cluster's quorum and members.
 	SynchronousStandbyNames string `json:"synchronousStandbyNames,omitempty"`
+	// SuperuserRemoteAccess lets the superuser log in over the network
+	// (pg_hba.conf); off, over the pod's Unix socket only.
+	SuperuserRemoteAccess bool `json:"superuserRemoteAccess,omitempty"`
 }
 
 // MaxParameterValue is the longest parameter value a Config may carry.

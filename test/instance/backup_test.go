@@ -233,7 +233,9 @@ func restoreAndCount(t *testing.T, store *objectstore.Store, name, config string
 			t.Logf("restored postgres:\n%s", out.String())
 		}
 	}()
-	dsn := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres password=%s dbname=app sslmode=disable", port, "'super\\'secret'")
+	// Over the Unix socket: the restored pg_hba.conf lets the superuser in
+	// there only.
+	dsn := fmt.Sprintf("host=%s port=%d user=postgres password=%s dbname=app", dir, port, "'super\\'secret'")
 	var count, maxID int
 	testenv.EventuallyEvery(t, waitTimeout, 100*time.Millisecond, func(ctx context.Context) error {
 		select {

@@ -396,10 +396,24 @@ func (n *node) waitReady(role instanceapi.Role) instanceapi.Status {
 // closes it: sessions left open would pile up to max_connections while a
 // test polls, and hold up a smart shutdown.
 func (n *node) tryConnect(ctx context.Context, user, password, database string) (*pgx.Conn, error) {
+	if user == "postgres" {
+		// The superuser logs in over the Unix socket only, as with
+		// kubectl exec in a pod.
+		return n.connectAs(ctx, fmt.Sprintf("host=%s port=%d", filepath.Join(n.dir, "socket"), n.port), user, password, database)
+	}
+	return n.connectOverTCP(ctx, user, password, database)
+}
+
+// connectOverTCP opens a session over TCP whatever the user.
+func (n *node) connectOverTCP(ctx context.Context, user, password, database string) (*pgx.Conn, error) {
 	// TLS when the node has it (its pg_hba.conf then requires it), plain
 	// otherwise. The host goes into the string: pgx derives the TLS
 	// settings of each attempt from it.
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=127.0.0.1 port=%d sslmode=prefer", n.port))
+	return n.connectAs(ctx, fmt.Sprintf("host=127.0.0.1 port=%d sslmode=prefer", n.port), user, password, database)
+}
+
+func (n *node) connectAs(ctx context.Context, conninfo, user, password, database string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(conninfo)
 	if err != nil {
 		return nil, err
 	}

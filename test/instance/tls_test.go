@@ -294,7 +294,7 @@ func (n *node) postgresServerSerial(ctx context.Context, p *clusterPKI) (*big.In
 	if err != nil {
 		return nil, err
 	}
-	cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = "127.0.0.1", uint16(n.port), "postgres", superuserPassword, "postgres"
+	cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = "127.0.0.1", uint16(n.port), "app", appPassword, "app"
 	var got *big.Int
 	cfg.TLSConfig = &tls.Config{RootCAs: p.roots(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12,
 		VerifyConnection: func(cs tls.ConnectionState) error {

@@ -20,6 +20,9 @@ type ConnInfo struct {
 	Port int
 	// User is the replication role.
 	User string
+	// DBName is the database of a connection that is not a replication
+	// one (pg_rewind's); empty for primary_conninfo.
+	DBName string
 	// ApplicationName is the replica's name as the primary sees it in
 	// pg_stat_replication; it must match the names listed in
 	// synchronous_standby_names for the replica to count as synchronous.
@@ -74,6 +77,7 @@ func PrimaryConnInfo(c ConnInfo) string {
 		{"hostaddr", hostaddr},
 		{"port", portString(c.Port)},
 		{"user", c.User},
+		{"dbname", c.DBName},
 		{"application_name", c.ApplicationName},
 		{"passfile", c.PassFile},
 		{"sslmode", c.SSLMode},

@@ -32,6 +32,12 @@ type HBAConfig struct {
 	// ReplicationAuth is how ReplicationUser authenticates; empty means
 	// ReplicationAuthSCRAM.
 	ReplicationAuth ReplicationAuth
+	// SuperuserRemoteAccess lets the superuser log in over the network
+	// with its password. Off, it reaches postgres over the Unix socket in
+	// the pod only: a database superuser can read any file the server
+	// can, the pod's service-account token, object-store keys and server
+	// key among them.
+	SuperuserRemoteAccess bool
 	// ExtraRules are pg_hba.conf lines from the user, placed after Tusk's
 	// own access and before the rule for applications, so they can grant
 	// or reject more specifically. trust is refused.
@@ -58,10 +64,12 @@ var hbaConnectionTypes = []string{"local", "host", "hostssl", "hostnossl", "host
 //     inside the pod, so only the instance manager and kubectl exec reach it;
 //     the superuser's replication connections too, for the base backups
 //     the instance manager takes of its own instance (pg_basebackup);
-//  2. replication for ReplicationUser, over TLS when TLS is on;
-//  3. the user's ExtraRules;
-//  4. every role to every database, with a password, over TLS when TLS is on;
-//  5. explicit reject lines, so a refused connection says so in the log.
+//  2. replication for ReplicationUser, over TLS when TLS is on, and its
+//     sessions to the postgres database, pg_rewind's;
+//  3. the superuser refused over the network, unless SuperuserRemoteAccess;
+//  4. the user's ExtraRules;
+//  5. every role to every database, with a password, over TLS when TLS is on;
+//  6. explicit reject lines, so a refused connection says so in the log.
 //
 // No line ever uses trust: every connection authenticates.
 func PgHBA(in HBAConfig) (string, error) {
@@ -82,6 +90,12 @@ func PgHBA(in HBAConfig) (string, error) {
 	hbaLine(&b, "local", "replication", Superuser, "", string(ReplicationAuthSCRAM))
 	b.WriteString("\n# Streaming replicas and pg_basebackup.\n")
 	hbaLine(&b, remote, "replication", in.ReplicationUser, "all", string(auth))
+	b.WriteString("\n# pg_rewind of a former primary, as the replication role.\n")
+	hbaLine(&b, remote, "postgres", in.ReplicationUser, "all", string(auth))
+	if !in.SuperuserRemoteAccess {
+		b.WriteString("\n# The superuser logs in over the Unix socket only.\n")
+		hbaLine(&b, "host", "all", Superuser, "all", "reject")
+	}
 	if len(in.ExtraRules) > 0 {
 		b.WriteString("\n# Extra rules from the cluster's spec.\n")
 		for _, r := range in.ExtraRules {

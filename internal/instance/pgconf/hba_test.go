@@ -45,12 +45,21 @@ func TestPgHBAPolicy(t *testing.T) {
 	tests := []struct {
 		in          HBAConfig
 		replication string // the replication record, joined by spaces
+		rewind      string // pg_rewind's record
+		superuser   string // the superuser's remote record; "" for none
 		apps        string
 	}{
-		{HBAConfig{ReplicationUser: "repl"}, "host replication repl all scram-sha-256", "host all all all scram-sha-256"},
-		{HBAConfig{ReplicationUser: "repl", TLS: true}, "hostssl replication repl all scram-sha-256", "hostssl all all all scram-sha-256"},
-		{HBAConfig{ReplicationUser: "repl", TLS: true, ReplicationAuth: ReplicationAuthCert}, "hostssl replication repl all cert", "hostssl all all all scram-sha-256"},
-		{HBAConfig{ReplicationUser: "repl", ReplicationAuth: ReplicationAuthSCRAM}, "host replication repl all scram-sha-256", "host all all all scram-sha-256"},
+		{HBAConfig{ReplicationUser: "repl"}, "host replication repl all scram-sha-256", "host postgres repl all scram-sha-256",
+			"host all postgres all reject", "host all all all scram-sha-256"},
+		{HBAConfig{ReplicationUser: "repl", TLS: true}, "hostssl replication repl all scram-sha-256", "hostssl postgres repl all scram-sha-256",
+			"host all postgres all reject", "hostssl all all all scram-sha-256"},
+		{HBAConfig{ReplicationUser: "repl", TLS: true, ReplicationAuth: ReplicationAuthCert}, "hostssl replication repl all cert", "hostssl postgres repl all cert",
+			"host all postgres all reject", "hostssl all all all scram-sha-256"},
+		{HBAConfig{ReplicationUser: "repl", ReplicationAuth: ReplicationAuthSCRAM}, "host replication repl all scram-sha-256", "host postgres repl all scram-sha-256",
+			"host all postgres all reject", "host all all all scram-sha-256"},
+		// Opted in: the superuser logs in as applications do.
+		{HBAConfig{ReplicationUser: "repl", TLS: true, SuperuserRemoteAccess: true}, "hostssl replication repl all scram-sha-256", "hostssl postgres repl all scram-sha-256",
+			"", "hostssl all all all scram-sha-256"},
 	}
 	for _, tt := range tests {
 		text, err := PgHBA(tt.in)
@@ -71,11 +80,17 @@ func TestPgHBAPolicy(t *testing.T) {
 			"local all all scram-sha-256",
 			"local replication postgres scram-sha-256", // the manager's base backups
 			tt.replication,
+			tt.rewind,
+		}
+		if tt.superuser != "" {
+			want = append(want, tt.superuser)
+		}
+		want = append(want,
 			tt.apps,
 			"host all all all reject",
 			"host replication all all reject",
 			"local replication all reject",
-		}
+		)
 		if strings.Join(joined, "\n") != strings.Join(want, "\n") {
 			t.Errorf("%+v: records\n%s\nwant\n%s", tt.in, strings.Join(joined, "\n"), strings.Join(want, "\n"))
 		}
@@ -87,9 +102,11 @@ func TestPgHBAExtraRulesComeBeforeApplications(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// After Tusk's own records (the superuser's refusal among them: an
+	// extra rule cannot let it in), before the applications'.
 	recs := records(text)
-	if got := strings.Join(recs[3], " "); got != "host all bob 10.0.0.1/32 reject" {
-		t.Errorf("fourth record %q, want the extra rule (after Tusk's own, before applications)", got)
+	if got := strings.Join(recs[5], " "); got != "host all bob 10.0.0.1/32 reject" {
+		t.Errorf("sixth record %q, want the extra rule (after Tusk's own, before applications)", got)
 	}
 }
 

@@ -48,6 +48,9 @@ func TestRenderedConfigurationRunsOnPostgreSQL(t *testing.T) {
 	}
 	s.start(clusterName)
 	local := fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres", in.SocketDir, port)
+	// An ordinary role with the superuser's password (psql's PGPASSWORD):
+	// the superuser itself may not log in over TCP.
+	s.mustPSQL(local, fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD %s", testLogin, quoteSQLLiteral(s.password)))
 
 	checkNoConfigErrors(t, s, local)
 	checkEverySettingAsRendered(t, s, local, conf.Text)
@@ -60,7 +63,7 @@ func TestRenderedConfigurationRunsOnPostgreSQL(t *testing.T) {
 // parameters (reserved names, an include directive) and values that need
 // quoting in both postgresql.conf and libpq syntax.
 func serverConfigFor(s *pgServer, port int, pki testPKI, clusterName string) ServerConfig {
-	passfile := s.writeFile("pgpass", fmt.Sprintf("127.0.0.1:%d:*:postgres:%s\n", port,
+	passfile := s.writeFile("pgpass", fmt.Sprintf("127.0.0.1:%d:*:%s:%s\n", port, testLogin,
 		strings.NewReplacer(`\`, `\\`, `:`, `\:`).Replace(s.password)))
 	return ServerConfig{
 		MajorVersion: s.major, Port: port, ListenAddresses: "127.0.0.1",
@@ -71,7 +74,7 @@ func serverConfigFor(s *pgServer, port int, pki testPKI, clusterName string) Ser
 			"log_line_prefix": `%m [%p] it's \d `, "max_wal_senders": "7", "shared_buffers": "16MB",
 		},
 		PrimaryConnInfo: PrimaryConnInfo(ConnInfo{
-			Host: "127.0.0.1", Port: port, User: "postgres", ApplicationName: `it's a \ test`,
+			Host: "127.0.0.1", Port: port, User: testLogin, ApplicationName: `it's a \ test`,
 			PassFile: passfile, SSLMode: "verify-full", SSLRootCert: pki.CA,
 		}),
 		PrimarySlotName:         "orders_2",
@@ -153,13 +156,16 @@ func checkTuskWon(t *testing.T, s *pgServer, local string, port int, ignored []I
 func checkTLSAndHBA(t *testing.T, s *pgServer, port int, pki testPKI) {
 	t.Helper()
 	tcp := fmt.Sprintf("host=127.0.0.1 port=%d dbname=postgres sslrootcert=%s", port, pki.CA)
-	if got := s.mustPSQL(tcp+" user=postgres sslmode=verify-full", "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"); got != "t" {
+	if got := s.mustPSQL(tcp+" user="+testLogin+" sslmode=verify-full", "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"); got != "t" {
 		t.Errorf("a verify-full connection is not using TLS: %q", got)
 	}
-	if out, err := s.psql(tcp+" user=postgres sslmode=disable", "SELECT 1"); err == nil || !strings.Contains(out, "rejects connection") {
+	if out, err := s.psql(tcp+" user="+testLogin+" sslmode=disable", "SELECT 1"); err == nil || !strings.Contains(out, "rejects connection") {
 		t.Errorf("a connection without TLS was not rejected by pg_hba.conf: %v %s", err, out)
 	}
-	s.mustPSQL(tcp+" user=postgres sslmode=verify-full", "CREATE ROLE tusk_replication REPLICATION LOGIN")
+	if out, err := s.psql(tcp+" user=postgres sslmode=verify-full", "SELECT 1"); err == nil || !strings.Contains(out, "rejects connection") {
+		t.Errorf("the superuser logged in over TCP with its password: %v %s", err, out)
+	}
+	s.mustPSQL(fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres", filepath.Join(s.dir, "run"), port), "CREATE ROLE tusk_replication REPLICATION LOGIN")
 	repl := tcp + " user=tusk_replication replication=true sslmode=verify-full"
 	if out, err := s.psql(repl+" sslcert="+pki.ClientCert+" sslkey="+pki.ClientKey, "IDENTIFY_SYSTEM"); err != nil {
 		t.Errorf("replication with a client certificate failed: %v\n%s", err, out)
@@ -167,6 +173,18 @@ func checkTLSAndHBA(t *testing.T, s *pgServer, port int, pki testPKI) {
 	if out, err := s.psql(repl, "IDENTIFY_SYSTEM"); err == nil {
 		t.Errorf("replication without a client certificate was let in: %s", out)
 	}
+	// pg_rewind's session: the replication role to the postgres database.
+	rewind := tcp + " user=tusk_replication sslmode=verify-full"
+	if out, err := s.psql(rewind+" sslcert="+pki.ClientCert+" sslkey="+pki.ClientKey, "SELECT current_user"); err != nil || out != "tusk_replication" {
+		t.Errorf("pg_rewind's session with the replication certificate: %v %q", err, out)
+	}
+}
+
+// testLogin is the ordinary role the test logs in as over TCP.
+const testLogin = "tusk_it_app"
+
+func quoteSQLLiteral(s string) string {
+	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
 }
 
 // checkPrimaryConnInfoThroughLibpq connects with the rendered
