@@ -260,8 +260,12 @@ func TestCredentialSecretEscapesPassword(t *testing.T) {
 	if got, _ := u.User.Password(); got != password || u.User.Username() != "app" {
 		t.Errorf("uri %q gives user %q password %q, want app %q", s.Data[keyURI], u.User.Username(), got, password)
 	}
-	if u.Hostname() != "pg-rw.db.svc" || u.Port() != "5432" || u.Path != "/app" || u.Query().Get("sslmode") != "require" {
-		t.Errorf("uri %q: wrong host, port, database or sslmode", s.Data[keyURI])
+	if u.Hostname() != "pg-rw.db.svc" || u.Port() != "5432" || u.Path != "/app" {
+		t.Errorf("uri %q: wrong host, port or database", s.Data[keyURI])
+	}
+	// The server is verified, against the CA where the Secret is mounted.
+	if q := u.Query(); q.Get("sslmode") != "verify-full" || q.Get("sslrootcert") != ClientCAPath {
+		t.Errorf("uri %q: want sslmode=verify-full and sslrootcert=%s", s.Data[keyURI], ClientCAPath)
 	}
 
 	jdbc := strings.TrimPrefix(string(s.Data[keyJDBCURI]), "jdbc:")
@@ -271,6 +275,9 @@ func TestCredentialSecretEscapesPassword(t *testing.T) {
 	}
 	if q := ju.Query(); q.Get("password") != password || q.Get("user") != "app" || ju.Path != "/app" {
 		t.Errorf("jdbc-uri %q gives user %q password %q", s.Data[keyJDBCURI], q.Get("user"), q.Get("password"))
+	}
+	if q := ju.Query(); q.Get("sslmode") != "verify-full" || q.Get("sslrootcert") != ClientCAPath {
+		t.Errorf("jdbc-uri %q: want sslmode=verify-full and sslrootcert=%s", s.Data[keyJDBCURI], ClientCAPath)
 	}
 
 	if got, want := string(s.Data[keyPgpass]), `pg-rw.db.svc:5432:app:app:p@ss\:w/rd?&`+"\n"; got != want {

@@ -30,6 +30,11 @@ const superuserName = "postgres"
 // postgresPort is the port of every instance and Service.
 const postgresPort = 5432
 
+// ClientCAPath is where the credential Secrets' URIs expect the cluster's
+// CA (the Secret's ca.crt): an application that mounts the Secret at
+// /etc/tusk connects with the uri as it is, verifying the server.
+const ClientCAPath = "/etc/tusk/ca.crt"
+
 // credentials are one role's login.
 type credentials struct {
 	username, password, dbname string
@@ -91,9 +96,9 @@ func credentialSecret(c *tuskv1alpha1.PostgresCluster, name string, creds creden
 		User:     url.UserPassword(creds.username, creds.password),
 		Host:     net.JoinHostPort(host, port),
 		Path:     "/" + creds.dbname,
-		RawQuery: "sslmode=require",
+		RawQuery: url.Values{"sslmode": {"verify-full"}, "sslrootcert": {ClientCAPath}}.Encode(),
 	}
-	jdbc := url.Values{"user": {creds.username}, "password": {creds.password}, "sslmode": {"require"}}
+	jdbc := url.Values{"user": {creds.username}, "password": {creds.password}, "sslmode": {"verify-full"}, "sslrootcert": {ClientCAPath}}
 	return secret(c, name, corev1.SecretTypeBasicAuth, map[string][]byte{
 		keyUsername: []byte(creds.username),
 		keyPassword: []byte(creds.password),

@@ -50,6 +50,7 @@ func TestClusterLifecycle(t *testing.T) {
 	insertRows(t, ns, name, 1, 100)
 	checkServiceRoles(t, ns, name, 100)
 	checkTLSOnly(t, ns, name)
+	checkClientAccess(t, ns, name)
 
 	scaleUpAndDown(t, ns, name, 100)
 	healDeletedReplicaPod(t, ns, name, 101)
@@ -189,7 +190,7 @@ func checkTLSOnly(t *testing.T, ns, cluster string) {
 	for _, suffix := range []string{"-rw", "-ro", "-r"} {
 		svc := cluster + suffix
 		for _, host := range []string{svc, svc + "." + ns, svc + "." + ns + ".svc", svc + "." + ns + ".svc.cluster.local"} {
-			conninfo := "host=" + host + " port=5432 sslmode=verify-full sslrootcert=/secret/ca.crt"
+			conninfo := "host=" + host + " port=5432 sslmode=verify-full sslrootcert=/etc/tusk/ca.crt"
 			out, err := tryPSQLConninfo(ctx, ns, conninfo, "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
 			if err != nil {
 				t.Fatalf("TLS with certificate verification to %s: %v", host, err)
@@ -204,6 +205,26 @@ func checkTLSOnly(t *testing.T, ns, cluster string) {
 		t.Fatalf("%s-rw accepted a connection without TLS (returned %q)", cluster, out)
 	}
 	t.Logf("without TLS, as expected: %v", err)
+}
+
+// checkClientAccess checks what an application gets: the app Secret's uri,
+// used as it is where the Secret is mounted (/etc/tusk), connects and
+// verifies the server; the superuser is refused over the network by
+// pg_hba.conf before any password is asked (so the app's password, sent
+// as the superuser's, tells a refusal from a wrong password).
+func checkClientAccess(t *testing.T, ns, cluster string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), sqlTimeout)
+	defer cancel()
+	out, err := kubectl(ctx, "exec", "-n", ns, sqlClientPod, "--", "sh", "-c",
+		`psql "$(cat /etc/tusk/uri)" -XAtq -c "SELECT current_user || ' ' || ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"`)
+	if err != nil || strings.TrimSpace(out) != "app t" {
+		t.Fatalf("the app Secret's uri, mounted at /etc/tusk: %q, %v; want the app user over TLS", out, err)
+	}
+	_, err = tryPSQLConninfo(ctx, ns, "host="+cluster+"-rw."+ns+".svc port=5432 user=postgres sslmode=verify-full sslrootcert=/etc/tusk/ca.crt", "SELECT 1")
+	if err == nil || !strings.Contains(err.Error(), "pg_hba.conf rejects") {
+		t.Fatalf("the superuser over the network: %v; want pg_hba.conf to reject it", err)
+	}
 }
 
 // scaleUpAndDown scales 3 → 5 → 2 and checks that data reaches the new

@@ -23,7 +23,8 @@ const sqlTimeout = 30 * time.Second
 
 // appClientPod runs command with the app user's credentials of cluster in
 // its environment (PGUSER, PGPASSWORD, PGDATABASE from the <cluster>-app
-// Secret) and the Secret, ca.crt included, mounted at /secret.
+// Secret) and the Secret, ca.crt included, mounted at /etc/tusk, where its
+// URIs expect it.
 func appClientPod(podName, cluster string, command ...string) *corev1.Pod {
 	pod := restrictedPod(podName, command...)
 	secret := cluster + "-app"
@@ -31,7 +32,7 @@ func appClientPod(podName, cluster string, command ...string) *corev1.Pod {
 		Secret: &corev1.SecretVolumeSource{SecretName: secret},
 	}})
 	c := &pod.Spec.Containers[0]
-	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "app-secret", MountPath: "/secret", ReadOnly: true})
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "app-secret", MountPath: "/etc/tusk", ReadOnly: true})
 	fromSecret := func(env, key string) corev1.EnvVar {
 		return corev1.EnvVar{Name: env, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key,
@@ -52,7 +53,7 @@ func startSQLClient(t *testing.T, ns, cluster string) {
 // serviceConninfo connects to service in ns over TLS, verifying that the
 // server's certificate is signed by the cluster's CA and names the host.
 func serviceConninfo(ns, service string) string {
-	return "host=" + service + "." + ns + ".svc port=5432 sslmode=verify-full sslrootcert=/secret/ca.crt"
+	return "host=" + service + "." + ns + ".svc port=5432 sslmode=verify-full sslrootcert=/etc/tusk/ca.crt"
 }
 
 // tryPSQLConninfo runs sql in the sql-client pod with the given conninfo and
