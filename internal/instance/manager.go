@@ -145,7 +145,9 @@ type Manager struct {
 	ops     chan operation
 	stopped chan struct{} // closed when Run is returning
 	metrics *metrics
-	sizer   dirSizer
+	// observer answers readiness and metrics (ObservedStatus).
+	observer observer
+	sizer    dirSizer
 
 	// serverCerts and replicationCerts are nil without TLS; the run loop
 	// alone syncs them. https is the HTTP API's current TLS configuration.

@@ -1,14 +1,19 @@
 package instance
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"tusk.dev/tusk/internal/instanceapi"
 )
 
 // metrics exports PostgreSQL's state and the manager's own to Prometheus.
@@ -17,7 +22,19 @@ import (
 type metrics struct {
 	m        *Manager
 	registry *prometheus.Registry
+
+	// PostgreSQL's figures are asked at most once per sqlMetricsMaxAge,
+	// by one scrape at a time; the others get the same figures. A flood
+	// of scrapes costs no more sessions than one.
+	mu        sync.Mutex
+	sqlAt     time.Time
+	sqlValues []prometheus.Metric
+	sqlErr    error
 }
+
+// sqlMetricsMaxAge is how old the figures PostgreSQL gave may be when a
+// scrape gets them (Prometheus scrapes every 15 s or more).
+const sqlMetricsMaxAge = 5 * time.Second
 
 func newMetrics(m *Manager) *metrics {
 	reg := prometheus.NewRegistry()
@@ -70,10 +87,8 @@ func (mt *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descAhead, prometheus.CounterValue, float64(w.archived.Load()))
 		ch <- prometheus.MustNewConstMetric(descAheadFailed, prometheus.CounterValue, float64(w.failed.Load()))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	up := 0.0
-	if err := mt.collectPostgres(ctx, ch); err == nil {
+	if err := mt.collectPostgres(context.Background(), ch); err == nil {
 		up = 1
 	} else {
 		mt.m.log.V(1).Info("Collecting PostgreSQL metrics", "error", err.Error())
@@ -82,15 +97,10 @@ func (mt *metrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (mt *metrics) collectPostgres(ctx context.Context, ch chan<- prometheus.Metric) error {
-	conn, err := mt.m.connect(ctx)
-	if err != nil {
-		return err
+	st := mt.m.ObservedStatus(ctx)
+	if st.Role == instanceapi.RoleUnknown {
+		return errors.New(cmp.Or(st.LastError, "postgres does not run"))
 	}
-	defer func() { _ = conn.Close(context.Background()) }()
-	if _, err := conn.Exec(ctx, "SET ROLE "+ident(monitorRole)); err != nil {
-		return err
-	}
-	st := mt.m.Status(ctx)
 	for _, role := range []string{"primary", "replica"} {
 		ch <- gauge(descRole, boolFloat(string(st.Role) == role), role)
 	}
@@ -102,6 +112,48 @@ func (mt *metrics) collectPostgres(ctx context.Context, ch chan<- prometheus.Met
 	}
 	if st.Archive != nil {
 		ch <- gauge(descArchiving, boolFloat(st.Archive.Failing))
+	}
+	values, err := mt.sqlMetrics(ctx)
+	for _, v := range values {
+		ch <- v
+	}
+	return err
+}
+
+// sqlMetrics are the figures PostgreSQL gives, from the last time it was
+// asked when that was less than sqlMetricsMaxAge ago.
+func (mt *metrics) sqlMetrics(ctx context.Context) ([]prometheus.Metric, error) {
+	mt.mu.Lock()
+	defer mt.mu.Unlock()
+	if !mt.sqlAt.IsZero() && time.Since(mt.sqlAt) < sqlMetricsMaxAge {
+		return mt.sqlValues, mt.sqlErr
+	}
+	ch := make(chan prometheus.Metric, 64)
+	done := make(chan error, 1)
+	go func() {
+		done <- mt.askPostgres(context.WithoutCancel(ctx), ch)
+		close(ch)
+	}()
+	var values []prometheus.Metric
+	for v := range ch {
+		values = append(values, v)
+	}
+	mt.sqlValues, mt.sqlErr, mt.sqlAt = values, <-done, time.Now()
+	return mt.sqlValues, mt.sqlErr
+}
+
+// askPostgres queries PostgreSQL's figures in one session under the
+// pg_monitor role.
+func (mt *metrics) askPostgres(ctx context.Context, ch chan<- prometheus.Metric) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := mt.m.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	if _, err := conn.Exec(ctx, "SET ROLE "+ident(monitorRole)); err != nil {
+		return err
 	}
 	for _, collect := range []func(context.Context, *pgx.Conn, chan<- prometheus.Metric) error{
 		collectConnections, collectDatabases, collectWAL,

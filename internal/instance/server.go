@@ -102,7 +102,7 @@ func (m *Manager) routes() http.Handler {
 	})
 	mux.HandleFunc("GET "+instanceapi.PathHealthz, m.serveHealthz)
 	mux.HandleFunc("GET "+instanceapi.PathReadyz, func(w http.ResponseWriter, r *http.Request) {
-		st := m.Status(r.Context())
+		st := m.ObservedStatus(r.Context())
 		code := http.StatusOK
 		if !st.Ready {
 			code = http.StatusServiceUnavailable

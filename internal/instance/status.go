@@ -11,8 +11,18 @@ import (
 )
 
 // Status reports the instance: the manager's own state, and what
-// PostgreSQL says when it accepts connections.
+// PostgreSQL says when it accepts connections, asked now (the operator's
+// /status: its decisions need the present).
 func (m *Manager) Status(ctx context.Context) instanceapi.Status {
+	status := m.managerStatus()
+	if status.Phase == instanceapi.PhaseRunning {
+		m.addPostgresStatus(ctx, &status)
+	}
+	return status
+}
+
+// managerStatus is the manager's own part of the status: no session.
+func (m *Manager) managerStatus() instanceapi.Status {
 	st := m.snapshot()
 	status := instanceapi.Status{
 		Instance:     m.opts.Name,
@@ -35,29 +45,30 @@ func (m *Manager) Status(ctx context.Context) instanceapi.Status {
 		at := st.lastPasswordRotation.UTC()
 		status.LastPasswordRotation = &at
 	}
-	if st.phase != instanceapi.PhaseRunning {
-		return status
-	}
+	return status
+}
+
+// addPostgresStatus adds what postgres says, in one session, to status.
+func (m *Manager) addPostgresStatus(ctx context.Context, status *instanceapi.Status) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	conn, err := m.connect(ctx)
 	if err != nil {
 		status.LastError = "postgres does not accept connections: " + err.Error()
-		return status
+		return
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
-	if err := queryStatus(ctx, conn, &status); err != nil {
+	if err := queryStatus(ctx, conn, status); err != nil {
 		status.Role = instanceapi.RoleUnknown
 		status.Ready = false
 		status.LastError = err.Error()
-		return status
+		return
 	}
 	if m.opts.WALArchive != nil && status.Role == instanceapi.RolePrimary {
 		if status.Archive, err = queryArchiveStatus(ctx, conn); err != nil {
 			status.LastError = err.Error()
 		}
 	}
-	return status
 }
 
 // postmasterDiverged is what the running postmaster said about diverging
