@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -93,6 +94,13 @@ type PostgresClusterSpec struct {
 	// 2s.
 	// +optional
 	HighAvailability *HighAvailabilitySpec `json:"highAvailability,omitempty"`
+
+	// NetworkPolicy configures the NetworkPolicy <cluster> that Tusk keeps
+	// for the cluster's pods. Unset: the policy exists, PostgreSQL (5432)
+	// admits anyone, and the instance managers' port (8000: commands,
+	// status, probes, metrics) admits only the operator's pods.
+	// +optional
+	NetworkPolicy *NetworkPolicySpec `json:"networkPolicy,omitempty"`
 
 	// SuperuserSecret names an existing Secret whose `password` key is the
 	// postgres superuser's password. Tusk generates a strong one in the
@@ -686,4 +694,26 @@ type HighAvailabilitySpec struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('500ms')",message="leaseRenewInterval must be at least 500ms"
 	// +optional
 	LeaseRenewInterval metav1.Duration `json:"leaseRenewInterval,omitempty"`
+}
+
+// NetworkPolicySpec configures the NetworkPolicy of a cluster's pods. It is
+// enforced only where the network plugin enforces NetworkPolicies; it
+// admits traffic and never denies what another policy of yours admits.
+type NetworkPolicySpec struct {
+	// Disabled removes the policy: the cluster's pods then admit what your
+	// own policies (or none) admit.
+	// +optional
+	Disabled bool `json:"disabled,omitempty"`
+
+	// PostgresFrom are who may connect to PostgreSQL (5432) besides the
+	// cluster's own instances (replication). Unset: anyone.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	PostgresFrom []networkingv1.NetworkPolicyPeer `json:"postgresFrom,omitempty"`
+
+	// MetricsFrom are who may reach the instance managers' port besides
+	// the operator, such as the Prometheus that scrapes /metrics.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	MetricsFrom []networkingv1.NetworkPolicyPeer `json:"metricsFrom,omitempty"`
 }

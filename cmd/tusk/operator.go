@@ -45,6 +45,8 @@ func newOperatorCommand() *cobra.Command {
 	f.StringSliceVar(&opts.WatchNamespaces, "watch-namespaces", nil,
 		"reconcile only the clusters of these namespaces (comma-separated; every namespace when empty): the operator then needs rights in these namespaces only")
 	f.DurationVar(&opts.GracefulShutdownTimeout, "graceful-shutdown-timeout", 30*time.Second, "how long running reconciles may take to finish on shutdown")
+	f.StringVar(&opts.Controllers.OperatorNamespace, "operator-namespace", os.Getenv("POD_NAMESPACE"),
+		"the operator's own namespace (POD_NAMESPACE), whose operator pods the clusters' NetworkPolicies admit to the instance managers; any namespace when empty")
 	f.StringVar(&opts.Controllers.InstanceManagerImage, "instance-manager-image", os.Getenv("TUSK_INSTANCE_MANAGER_IMAGE"),
 		"image with the tusk binary for the PostgreSQL pods' init container (the operator's own image)")
 	newLogger = logFlags(f)

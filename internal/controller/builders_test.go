@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -73,6 +74,11 @@ func customCluster() *tuskv1alpha1.PostgresCluster {
 	c.Spec.PriorityClassName = "database"
 	c.Spec.SuperuserSecret = &corev1.LocalObjectReference{Name: "orders-root"}
 	c.Spec.Bootstrap.InitDB = &tuskv1alpha1.InitDBSpec{Database: "orders", Owner: "shop", Secret: &corev1.LocalObjectReference{Name: "shop-login"}}
+	c.Spec.NetworkPolicy = &tuskv1alpha1.NetworkPolicySpec{
+		PostgresFrom: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "shop"}}}},
+		MetricsFrom: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{
+			MatchLabels: map[string]string{corev1.LabelMetadataName: "monitoring"}}}},
+	}
 	return c
 }
 
@@ -124,10 +130,14 @@ func TestBuildersGolden(t *testing.T) {
 			golden(t, name+"-pvc", instancePVC(c, instanceName(c.Name, 1)))
 			golden(t, name+"-services", clusterServices(c))
 			golden(t, name+"-pdb", clusterPDB(c))
+			golden(t, name+"-networkpolicy", clusterNetworkPolicy(c, "tusk-system"))
 			creds := credentials{username: "app", password: "p@ss:w/rd?&", dbname: "app"}
 			golden(t, name+"-secret", readable(credentialSecret(c, appSecretName(c), creds, []byte(fakeCAPEM))))
 		})
 	}
+	// The operator's namespace unknown (run outside the cluster): its pods
+	// in any namespace.
+	golden(t, "default-networkpolicy-any-operator-namespace", clusterNetworkPolicy(defaultCluster(), ""))
 	c := backupCluster()
 	golden(t, "backup-pod-primary", instancePod(c, instanceName(c.Name, 1), instanceapi.RolePrimary, testManagerImage))
 	golden(t, "backup-pod-replica", instancePod(c, instanceName(c.Name, 2), instanceapi.RoleReplica, testManagerImage))

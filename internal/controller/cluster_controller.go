@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,6 +42,10 @@ type Config struct {
 	// InstanceManagerImage is the image with the tusk binary that the
 	// PostgreSQL pods' init container copies (the operator's own image).
 	InstanceManagerImage string
+	// OperatorNamespace is where the operator's pods run, whom the
+	// clusters' NetworkPolicies admit to the instance managers; any
+	// namespace when empty.
+	OperatorNamespace string
 	// Clock is the time backup schedules and retention go by: the real
 	// clock when nil (tests set a fake one).
 	Clock clock.PassiveClock
@@ -70,6 +75,7 @@ type ClusterReconciler struct {
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch;delete;deletecollection
 // +kubebuilder:rbac:groups="",resources=services;configmaps;secrets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;delete
@@ -129,6 +135,9 @@ func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1
 		return ctrl.Result{RequeueAfter: pollSpecErr}, nil
 	}
 	if err := r.reconcileServices(ctx, c); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.reconcileNetworkPolicy(ctx, c); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.reconcilePDBs(ctx, c); err != nil {
@@ -321,6 +330,7 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Secret{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		Owns(&corev1.ServiceAccount{}).
 		Owns(&rbacv1.Role{}).
 		Owns(&rbacv1.RoleBinding{}).

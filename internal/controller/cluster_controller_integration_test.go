@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -23,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -583,4 +585,37 @@ func TestUserCASignsTheServerCertificate(t *testing.T) {
 	if err := pki.SignedBy(own.Data[keyOperatorCert], ca.CertPEM); err != nil {
 		t.Errorf("operator certificate: %v", err)
 	}
+}
+
+// TestNetworkPolicyFollowsTheSpec: every cluster gets the NetworkPolicy
+// <cluster> (PostgreSQL open, the managers' port for the operator), and
+// disabling it in the spec deletes it.
+func TestNetworkPolicyFollowsTheSpec(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	c := newCluster(ns)
+	create(t, c)
+	np := get(t, ns, "pg", &networkingv1.NetworkPolicy{})
+	if len(np.Spec.Ingress) != 2 || np.Spec.Ingress[0].From != nil || len(np.Spec.Ingress[1].From) != 1 ||
+		np.Spec.PodSelector.MatchLabels[LabelCluster] != "pg" {
+		t.Fatalf("NetworkPolicy pg: %+v; want PostgreSQL open and the managers' port for the operator", np.Spec)
+	}
+
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+			return err
+		}
+		c.Spec.NetworkPolicy = &tuskv1alpha1.NetworkPolicySpec{Disabled: true}
+		return env.Client.Update(ctx, c)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(np), &networkingv1.NetworkPolicy{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("NetworkPolicy pg still there with spec.networkPolicy.disabled (%w)", err)
+		}
+		return nil
+	})
 }
