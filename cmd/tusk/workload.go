@@ -21,7 +21,7 @@ func newWorkloadCommand() *cobra.Command {
 		Use:   "workload",
 		Short: "A writer and a checker that prove no acknowledged write is lost (see docs/workload.md)",
 	}
-	cmd.AddCommand(newWorkloadWriteCommand(), newWorkloadCheckCommand())
+	cmd.AddCommand(newWorkloadWriteCommand(), newWorkloadCheckCommand(), newWorkloadFloodCommand())
 	return cmd
 }
 
@@ -113,4 +113,30 @@ func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+func newWorkloadFloodCommand() *cobra.Command {
+	var o workload.FloodOptions
+	cmd := &cobra.Command{
+		Use:   "flood URL...",
+		Short: "Ask for URLs from many clients without pause, as a hostile neighbour would, and print the answers' counts",
+		Long: "Ask for URLs from many clients without pause, as a hostile neighbour would, and print a JSON count of the answers.\n" +
+			"Certificates are not verified (as the kubelet's probes do not). Stops after --duration or at SIGINT/SIGTERM.",
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, urls []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			o.URLs = urls
+			rep, err := workload.Flood(ctx, o)
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), rep)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.Clients, "clients", 32, "concurrent clients")
+	f.DurationVar(&o.Duration, "duration", time.Minute, "how long to flood (0: until SIGINT/SIGTERM)")
+	f.BoolVar(&o.NewConnections, "new-connections", false, "open a new connection (a TLS handshake) for every request")
+	return cmd
 }
