@@ -290,7 +290,7 @@ type InitDBSpec struct {
 // RecoverySpec restores a cluster from a backup. Exactly one of backup and
 // source is set.
 // +kubebuilder:validation:XValidation:rule="has(self.backup) != has(self.source)",message="bootstrap.recovery needs exactly one of backup (a PostgresBackup name) or source (an object store location)"
-// +kubebuilder:validation:XValidation:rule="!has(self.source) || has(self.source.path)",message="bootstrap.recovery.source.path is required: the location's path in the bucket (the source cluster's name when its spec.backup.objectStore.path was unset)"
+// +kubebuilder:validation:XValidation:rule="!has(self.source) || has(self.source.path)",message="bootstrap.recovery.source.path is required: the location's path in the bucket (<namespace>/<source cluster> when its spec.backup.objectStore.path was unset)"
 type RecoverySpec struct {
 	// Backup is the name of a completed PostgresBackup in this namespace.
 	// +optional
@@ -383,8 +383,9 @@ type ObjectStoreSpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`
 	Bucket string `json:"bucket"`
 
-	// Path is the key prefix inside the bucket; the cluster's name when
-	// unset.
+	// Path is the key prefix inside the bucket; for a cluster's archive,
+	// <namespace>/<cluster> when unset (two clusters of one name in two
+	// namespaces never share a location).
 	// +kubebuilder:validation:Pattern=`^[^/].*$`
 	// +kubebuilder:validation:MaxLength=512
 	// +optional

@@ -194,6 +194,7 @@ func (r *BackupReconciler) startOn(ctx context.Context, b *tuskv1alpha1.Postgres
 	st.Phase, st.Instance = tuskv1alpha1.BackupPhaseRunning, m.name
 	st.StartedAt = ptrTime(time.Now())
 	st.ObjectStore = c.Spec.Backup.ObjectStore.DeepCopy()
+	st.ObjectStore.Path = archivePath(c) // the default resolved: it may change, the backup's place does not
 	st.Location = backupLocation(c, b.Name)
 	if rep.Location != "" {
 		st.Location = rep.Location

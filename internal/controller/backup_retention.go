@@ -137,7 +137,7 @@ func inClusterLocation(c *tuskv1alpha1.PostgresCluster, b *tuskv1alpha1.Postgres
 	}
 	taken := *b.Status.ObjectStore
 	if taken.Path == "" {
-		taken.Path = b.Spec.Cluster.Name
+		taken.Path = legacyArchivePath(b)
 	}
 	return sameLocation(c.Spec.Backup.ObjectStore, archivePath(c), taken)
 }

@@ -40,13 +40,22 @@ func credentialKeys(s tuskv1alpha1.S3CredentialsSecret) (id, secret string) {
 	return id, secret
 }
 
-// archivePath is the cluster's location in the bucket: the cluster's name
-// unless spec.backup.objectStore.path says otherwise.
+// archivePath is the cluster's location in the bucket: <namespace>/<name>
+// unless spec.backup.objectStore.path says otherwise. The namespace is
+// part of it so that two clusters of the same name in two namespaces that
+// share a bucket never share a location (each one's retention would prune
+// the other's backups).
 func archivePath(c *tuskv1alpha1.PostgresCluster) string {
 	if p := c.Spec.Backup.ObjectStore.Path; p != "" {
 		return p
 	}
-	return c.Name
+	return c.Namespace + "/" + c.Name
+}
+
+// legacyArchivePath is where a backup whose status records no path was
+// taken: before the path was recorded, the default was the cluster's name.
+func legacyArchivePath(b *tuskv1alpha1.PostgresBackup) string {
+	return b.Spec.Cluster.Name
 }
 
 // archiveArgs tell the instance manager where to archive WAL; none

@@ -75,7 +75,7 @@ func TestBackupSecretsAreRequired(t *testing.T) {
 		t.Errorf("pod pg-1 mounts %+v as the backup CA, want ca.pem of s3-ca", v)
 	}
 	args := pod.Spec.Containers[0].Command
-	for flag, want := range map[string]string{"--wal-archive-endpoint": "https://s3.example.com", "--wal-archive-bucket": "backups", "--wal-archive-path": "pg"} {
+	for flag, want := range map[string]string{"--wal-archive-endpoint": "https://s3.example.com", "--wal-archive-bucket": "backups", "--wal-archive-path": ns + "/pg"} {
 		if got := flagValue(args, flag); got != want {
 			t.Errorf("pod pg-1: %s=%q, want %q", flag, got, want)
 		}

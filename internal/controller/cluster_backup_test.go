@@ -31,7 +31,7 @@ func TestBackupPodMountsTheKeysItsArgumentsName(t *testing.T) {
 	}
 	for flag, value := range map[string]string{
 		"--wal-archive-endpoint": "https://s3.example.com", "--wal-archive-bucket": "backups",
-		"--wal-archive-path": "archived", "--wal-archive-region": "eu-west-1", "--wal-archive-binary": binMount + "/tusk",
+		"--wal-archive-path": "db/archived", "--wal-archive-region": "eu-west-1", "--wal-archive-binary": binMount + "/tusk",
 	} {
 		if got := flagValue(args, flag); got != value {
 			t.Errorf("%s=%q, want %q", flag, got, value)
@@ -39,10 +39,15 @@ func TestBackupPodMountsTheKeysItsArgumentsName(t *testing.T) {
 	}
 }
 
-func TestArchivePathDefaultsToTheClusterName(t *testing.T) {
+func TestArchivePathDefaultsToTheNamespaceAndClusterName(t *testing.T) {
 	c := backupCluster()
-	if got := archivePath(c); got != c.Name {
-		t.Errorf("archivePath = %q, want the cluster's name %q", got, c.Name)
+	if got, want := archivePath(c), c.Namespace+"/"+c.Name; got != want {
+		t.Errorf("archivePath = %q, want %q", got, want)
+	}
+	other := c.DeepCopy()
+	other.Namespace = "elsewhere"
+	if archivePath(other) == archivePath(c) {
+		t.Errorf("clusters %s/%s and %s/%s share the location %q", c.Namespace, c.Name, other.Namespace, other.Name, archivePath(c))
 	}
 	c.Spec.Backup.ObjectStore.Path = "prod/orders"
 	if got := flagValue(instanceArgs(c), "--wal-archive-path"); got != "prod/orders" {

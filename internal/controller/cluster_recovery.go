@@ -66,7 +66,7 @@ func resolveRecovery(c *tuskv1alpha1.PostgresCluster, backup *tuskv1alpha1.Postg
 		src.store = *spec.Source
 		if strings.Trim(src.store.Path, "/") == "" {
 			return nil, "", userError(ReasonRecoverySourceInvalid, "spec.bootstrap.recovery.source.path is required: "+
-				"the location's path in the bucket (the source cluster's name when its spec.backup.objectStore.path was unset)")
+				"the location's path in the bucket (<namespace>/<source cluster> when its spec.backup.objectStore.path was unset)")
 		}
 	case spec.Backup != nil:
 		name := spec.Backup.Name
@@ -86,7 +86,7 @@ func resolveRecovery(c *tuskv1alpha1.PostgresCluster, backup *tuskv1alpha1.Postg
 		src.store, src.backup = *backup.Status.ObjectStore, name
 		src.field = "status.objectStore of the PostgresBackup " + name
 		if src.store.Path == "" {
-			src.store.Path = backup.Spec.Cluster.Name
+			src.store.Path = legacyArchivePath(backup)
 		}
 	default:
 		return nil, "", userError(ReasonRecoverySourceInvalid, "spec.bootstrap.recovery needs a backup or a source")

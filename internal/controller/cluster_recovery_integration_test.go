@@ -132,13 +132,13 @@ func TestRecoveryIntoItsOwnArchiveIsRefused(t *testing.T) {
 	cluster := newCluster(ns)
 	own := tuskv1alpha1.ObjectStoreSpec{Endpoint: "https://s3.example.com", Bucket: "backups", CredentialsSecret: tuskv1alpha1.S3CredentialsSecret{Name: "s3"}}
 	source := own
-	source.Endpoint, source.Path = "https://s3.example.com/", "pg" // the cluster's default path
+	source.Endpoint, source.Path = "https://s3.example.com/", ns+"/pg" // the cluster's default path
 	source.CredentialsSecret.Name = "src-s3"
 	cluster.Spec.Backup = &tuskv1alpha1.BackupSpec{ObjectStore: own}
 	cluster.Spec.Bootstrap = &tuskv1alpha1.BootstrapSpec{Recovery: &tuskv1alpha1.RecoverySpec{Source: &source}}
 	create(t, cluster)
 	key := client.ObjectKeyFromObject(cluster)
-	clusterWhen(t, key, failedSaying(ReasonRecoverySourceInvalid, "refusing to recover from https://s3.example.com/backups/pg: "+
+	clusterWhen(t, key, failedSaying(ReasonRecoverySourceInvalid, "refusing to recover from https://s3.example.com/backups/"+ns+"/pg: "+
 		"it is this cluster's own spec.backup location, and archiving there would mix the new cluster's WAL into the source's archive; "+
 		"give spec.backup.objectStore another path"))
 	e := waitForEvent(t, ns, ReasonRecoverySourceInvalid, "own spec.backup location")
@@ -163,7 +163,7 @@ func TestRecoveryIntoItsOwnArchiveIsRefused(t *testing.T) {
 	clusterWhen(t, key, creating)
 	pod := get(t, ns, "pg-1", &corev1.Pod{})
 	args := pod.Spec.Containers[0].Command
-	for flag, want := range map[string]string{"--recovery-source-path": "pg", "--recovery-backup": "latest", "--wal-archive-path": "pg-restored"} {
+	for flag, want := range map[string]string{"--recovery-source-path": ns + "/pg", "--recovery-backup": "latest", "--wal-archive-path": "pg-restored"} {
 		if got := flagValue(args, flag); got != want {
 			t.Errorf("pod pg-1: %s=%q, want %q", flag, got, want)
 		}

@@ -54,7 +54,7 @@ func TestResolveRecovery(t *testing.T) {
 		// "error <reason>: ...".
 		want string
 	}{
-		{"a completed backup: its location, path defaulting to its cluster's name", byBackup, nil,
+		{"a completed backup recorded without a path (before paths were recorded): its cluster's name", byBackup, nil,
 			completedBackup(ptr.To(sourceStore(""))), "orders, nightly"},
 		{"a completed backup with a path", byBackup, nil, completedBackup(ptr.To(sourceStore("prod/orders"))), "prod/orders, nightly"},
 		{"a missing backup", byBackup, nil, nil, "wait: Waiting for the PostgresBackup nightly named by spec.bootstrap.recovery.backup: it does not exist"},
@@ -71,7 +71,7 @@ func TestResolveRecovery(t *testing.T) {
 		{"archiving into the backup's location by default paths", byBackup, func(c *tuskv1alpha1.PostgresCluster) {
 			c.Name = "orders"
 			withBackup(sourceStore(""))(c)
-		}, completedBackup(ptr.To(sourceStore(""))), "error RecoverySourceInvalid: refusing to recover from https://s3.example.com/backups/orders"},
+		}, completedBackup(ptr.To(sourceStore("db/orders"))), "error RecoverySourceInvalid: refusing to recover from https://s3.example.com/backups/db/orders"},
 		{"archiving elsewhere in the same bucket", bySource, withBackup(sourceStore("")), nil, "prod/orders, latest"},
 		{"archiving to another endpoint", bySource, withBackup(func() tuskv1alpha1.ObjectStoreSpec {
 			s := sourceStore("prod/orders")
@@ -117,7 +117,7 @@ func TestRecoveryPodMountsTheSourceKeys(t *testing.T) {
 		"--recovery-source-path": "prod/orders", "--recovery-backup": "nightly",
 		"--recovery-target-time": "2026-11-23T10:15:00Z",
 		// The cluster's own archive is unchanged.
-		"--wal-archive-path": "archived", "--wal-archive-access-key-id-file": backupCredentialsMount + "/" + fileAccessKeyID,
+		"--wal-archive-path": "db/archived", "--wal-archive-access-key-id-file": backupCredentialsMount + "/" + fileAccessKeyID,
 	} {
 		if got := flagValue(args, flag); got != value {
 			t.Errorf("%s=%q, want %q", flag, got, value)

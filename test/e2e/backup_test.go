@@ -79,16 +79,16 @@ func TestBackupAndPointInTimeRecovery(t *testing.T) {
 	t.Run("to the end of the archive, from the location of a deleted cluster", func(t *testing.T) {
 		restored := newCluster(ns, "orders-latest", 2)
 		restored.Spec.Bootstrap = &tuskv1alpha1.BootstrapSpec{Recovery: &tuskv1alpha1.RecoverySpec{
-			Source: ptrTo(s3.ObjectStore(source)),
+			Source: ptrTo(s3.ObjectStore(ns + "/" + source)), // the source's default path
 		}}
-		// It archives to a location of its own (its name), never the source's.
+		// It archives to a location of its own (<namespace>/<its name>), never the source's.
 		restored.Spec.Backup = &tuskv1alpha1.BackupSpec{ObjectStore: s3.ObjectStore("")}
 		createCluster(t, restored, "")
 		waitHealthy(t, ns, restored.Name, 2, clusterCreateTimeout)
 		assertRows(t, ns, restored.Name, 300)
 		eventuallyEvery(t, 3*time.Minute, 2*time.Second, "the restored cluster archiving to its own location",
 			func(context.Context) (bool, error) {
-				return len(s3.listKeys(t, restored.Name+"/wal/")) > 0, nil
+				return len(s3.listKeys(t, ns+"/"+restored.Name+"/wal/")) > 0, nil
 			})
 	})
 }

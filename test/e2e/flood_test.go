@@ -116,4 +116,3 @@ func podReady(p *corev1.Pod) bool {
 	}
 	return false
 }
-

@@ -31,7 +31,7 @@ import (
 // the start of the window starts from), its PostgresBackup, and the WAL
 // before kept's first segment, and keep kept.
 func testRetentionPrunes(t *testing.T, s3 *s3Server, ns, cluster, oldest, kept string) {
-	prefix := cluster + "/"
+	prefix := ns + "/" + cluster + "/" // the default path
 	keptRecord := readBackupRecord(t, s3, prefix, kept)
 	if older := walKeysBefore(s3.listKeys(t, prefix+"wal/"), keptRecord.BeginWAL); len(older) == 0 {
 		t.Fatalf("no archived WAL before %s, the first segment of %s: nothing for retention to prune", keptRecord.BeginWAL, kept)
