@@ -50,7 +50,11 @@ fmt: ## Format the Go code.
 test: verify integration ## Everything CI checks: generated files, gofmt, vet, lint, then unit and integration tests.
 
 .PHONY: verify
-verify: verify-generated verify-fmt vet lint ## Static checks only.
+verify: verify-generated verify-fmt vet lint vulncheck ## Static checks only.
+
+.PHONY: vulncheck
+vulncheck: ## govulncheck against the pinned vulnerability database (from the module proxy): fails on vulnerable modules the code calls.
+	hack/vulncheck.sh
 
 .PHONY: verify-generated
 verify-generated: ## Fail if generated code or manifests are stale.
