@@ -89,6 +89,19 @@ bench: ## Benchmarks that print figures (docs/benchmarks.md); BENCHTIME=3x by de
 	TUSK_PG_BINDIR=$$(hack/install-postgres.sh) TUSK_MINIO_BIN=$$(hack/install-minio.sh) \
 		go test -tags integration -run '^$$' -bench "$${BENCH:-.}" -benchtime $${BENCHTIME:-3x} ./test/instance/ ./test/backup/ ./test/operator/
 
+# Fuzz targets: package and function. Their seeds are in the tests (f.Add);
+# a failure the fuzzer finds is written under the package's testdata/fuzz
+# and replays with every go test from then on.
+FUZZ_TARGETS = ./internal/instance/pgconf:FuzzPostgresqlConfValue ./internal/instance/pgconf:FuzzPrimaryConnInfo \
+	./internal/instance/pgconf:FuzzPgHBAExtraRule ./internal/instance:FuzzConfigRequest ./internal/basebackup:FuzzParseManifest
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (10s by default; CI runs them this short).
+	@for t in $(FUZZ_TARGETS); do \
+		echo "== $${t#*:} ($${t%%:*}), $${FUZZTIME:-10s}"; \
+		go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $${FUZZTIME:-10s} $${t%%:*} || exit 1; \
+	done
+
 .PHONY: bench-operator
 bench-operator: ## The operator's live heap before and after 2,000 Secrets of 64 KiB that are not Tusk's (it must not grow with them).
 	go test -tags integration -run '^$$' -bench OperatorMemory -benchtime 1x ./test/operator/
