@@ -218,7 +218,7 @@ func checkClientAccess(t *testing.T, ns, cluster string) {
 	defer cancel()
 	out, err := kubectl(ctx, "exec", "-n", ns, sqlClientPod, "--", "sh", "-c",
 		`psql "$(cat /etc/tusk/uri)" -XAtq -c "SELECT current_user || ' ' || ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"`)
-	if err != nil || strings.TrimSpace(out) != "app t" {
+	if err != nil || strings.TrimSpace(out) != "app true" {
 		t.Fatalf("the app Secret's uri, mounted at /etc/tusk: %q, %v; want the app user over TLS", out, err)
 	}
 	_, err = tryPSQLConninfo(ctx, ns, "host="+cluster+"-rw."+ns+".svc port=5432 user=postgres sslmode=verify-full sslrootcert=/etc/tusk/ca.crt", "SELECT 1")

@@ -8,7 +8,7 @@ import (
 )
 
 // unquoteValue reads a value as PostgreSQL's configuration lexer does for
-// the quoting quoteValue uses: '' is ', \\ is \.
+// the quoting quoteValue uses: two quotes are one, two backslashes one.
 func unquoteValue(q string) (string, bool) {
 	if len(q) < 2 || q[0] != '\'' || q[len(q)-1] != '\'' {
 		return "", false
