@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/instanceapi"
 )
 
 // Keys of the credential Secrets, ready for applications to mount.
@@ -70,7 +71,7 @@ func (r *ClusterReconciler) login(ctx context.Context, c *tuskv1alpha1.PostgresC
 	if err != nil {
 		return credentials{}, err
 	}
-	creds := credentials{username: defaultUser, password: string(data[keyPassword])}
+	creds := credentials{username: defaultUser, password: instanceapi.Password(data[keyPassword])}
 	if source == own {
 		if creds.password == "" {
 			creds.password = rand.Text()

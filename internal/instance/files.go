@@ -35,7 +35,7 @@ func readSecrets(files SecretFiles) (secrets, error) {
 			errs = append(errs, fmt.Errorf("while reading the %s password: %w", what, err))
 			return
 		}
-		*into = strings.TrimRight(string(data), "\r\n")
+		*into = instanceapi.Password(data)
 		if *into == "" {
 			errs = append(errs, fmt.Errorf("the %s password file %s is empty", what, path))
 		}

@@ -438,3 +438,12 @@ type CheckpointResult struct {
 	// TookMilliseconds is how long the CHECKPOINT ran.
 	TookMilliseconds int64 `json:"tookMilliseconds"`
 }
+
+// Password is a password as Tusk uses it, read from a Secret's value or a
+// mounted file: without the line breaks that end it (kubectl create secret
+// --from-file keeps a file's last newline). The operator (the credential
+// Secrets' URIs) and the instance manager (the role's password) both read
+// passwords through it, so they never disagree.
+func Password(raw []byte) string {
+	return strings.TrimRight(string(raw), "\r\n")
+}

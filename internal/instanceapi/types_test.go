@@ -30,3 +30,11 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestPasswordLosesTheLineBreaksThatEndIt(t *testing.T) {
+	for raw, want := range map[string]string{"s3cret\n": "s3cret", "s3cret\r\n": "s3cret", "a\nb\n\n": "a\nb", " pad ": " pad ", "": ""} {
+		if got := Password([]byte(raw)); got != want {
+			t.Errorf("Password(%q) = %q, want %q", raw, got, want)
+		}
+	}
+}
