@@ -30,6 +30,7 @@ type PostgresClusterSpec struct {
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:XValidation:rule="self.find(':[0-9]+([.][0-9]+)*(-[^/:@]*)?(@|$)') == '' || oldSelf.find(':[0-9]+([.][0-9]+)*(-[^/:@]*)?(@|$)') == '' || self.find(':[0-9]+([.][0-9]+)*(-[^/:@]*)?(@|$)').find('[0-9]+') == oldSelf.find(':[0-9]+([.][0-9]+)*(-[^/:@]*)?(@|$)').find('[0-9]+')",message="image cannot change the PostgreSQL major version: that needs a major upgrade (pg_upgrade), which is not an image swap; create a new cluster with bootstrap.clone instead"
 	// +optional
+	// +kubebuilder:validation:Pattern=`^\S+$`
 	Image string `json:"image,omitempty"`
 
 	// ImagePullPolicy is the pull policy of the PostgreSQL image.
@@ -74,6 +75,8 @@ type PostgresClusterSpec struct {
 
 	// PriorityClassName is the priority class of the PostgreSQL pods.
 	// +optional
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=253
 	PriorityClassName string `json:"priorityClassName,omitempty"`
 
 	// PostgresUID runs PostgreSQL as this user ID instead of the image's
@@ -107,6 +110,7 @@ type PostgresClusterSpec struct {
 	// Secret <cluster>-superuser when unset. Changing the password in the
 	// Secret changes it in PostgreSQL.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self.name.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$') && size(self.name) <= 253",message="must name a Secret of the namespace: a lowercase DNS subdomain name"
 	SuperuserSecret *corev1.LocalObjectReference `json:"superuserSecret,omitempty"`
 
 	// SuperuserAccess lets the postgres superuser log in over the network
@@ -130,6 +134,7 @@ type TLSSpec struct {
 	// the CA Tusk issues the server and replication certificates from,
 	// instead of a CA of its own. Clients then trust your CA.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self.name.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$') && size(self.name) <= 253",message="must name a Secret of the namespace: a lowercase DNS subdomain name"
 	CASecret *corev1.LocalObjectReference `json:"caSecret,omitempty"`
 }
 
@@ -144,6 +149,8 @@ type StorageSpec struct {
 	// StorageClassName is the storage class of new volumes; the cluster's
 	// default storage class when unset. Existing volumes keep their class.
 	// +optional
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=253
 	StorageClassName *string `json:"storageClassName,omitempty"`
 
 	// ReclaimPolicy says what happens to the volumes when the cluster is
@@ -181,7 +188,7 @@ type PostgreSQLSpec struct {
 	// working (port, listen_addresses, data_directory, archive_command,
 	// primary_conninfo, ssl, ...) and refuses them here.
 	// +kubebuilder:validation:MaxProperties=128
-	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-z_][a-z0-9_.]*$'))",message="parameter names are PostgreSQL setting names in lowercase: letters, digits, '_' and '.' (for extension settings)"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-z_][a-z0-9_]*([.][a-z_][a-z0-9_]*)?$'))",message="parameter names are PostgreSQL setting names in lowercase: letters, digits, '_' and one '.' (for extension settings)"
 	// +kubebuilder:validation:XValidation:rule="['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'archive_mode', 'archive_command', 'archive_library', 'archive_timeout', 'restore_command', 'archive_cleanup_command', 'recovery_end_command', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'recovery_target', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_xid', 'recovery_target_inclusive', 'recovery_target_timeline', 'recovery_target_action', 'synchronous_standby_names', 'ssl', 'ssl_cert_file', 'ssl_key_file', 'ssl_ca_file', 'ssl_crl_file', 'cluster_name', 'hot_standby', 'logging_collector', 'log_destination', 'log_directory', 'log_filename'].all(p, !(p in self))",messageExpression="'parameter ' + ['listen_addresses', 'port', 'unix_socket_directories', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'archive_mode', 'archive_command', 'archive_library', 'archive_timeout', 'restore_command', 'archive_cleanup_command', 'recovery_end_command', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'recovery_target', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_xid', 'recovery_target_inclusive', 'recovery_target_timeline', 'recovery_target_action', 'synchronous_standby_names', 'ssl', 'ssl_cert_file', 'ssl_key_file', 'ssl_ca_file', 'ssl_crl_file', 'cluster_name', 'hot_standby', 'logging_collector', 'log_destination', 'log_directory', 'log_filename'].filter(p, p in self)[0] + ' is managed by Tusk and cannot be set: Tusk sets it itself to keep Services, replication, failover, archiving, TLS and logging working (synchronous replication and archiving are configured with spec.postgresql.synchronous and spec.backup)'"
 	// +kubebuilder:validation:XValidation:rule="!('wal_level' in self) || self['wal_level'] in ['replica', 'logical']",message="wal_level must be replica or logical: streaming replicas and backups need at least replica"
 	// +optional
@@ -284,6 +291,7 @@ type InitDBSpec struct {
 	// Secret names an existing Secret (keys username, password) with the
 	// owner's credentials. Tusk generates a strong password when unset.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self.name.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$') && size(self.name) <= 253",message="must name a Secret of the namespace: a lowercase DNS subdomain name"
 	Secret *corev1.LocalObjectReference `json:"secret,omitempty"`
 }
 
@@ -294,6 +302,7 @@ type InitDBSpec struct {
 type RecoverySpec struct {
 	// Backup is the name of a completed PostgresBackup in this namespace.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self.name.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$') && size(self.name) <= 253",message="must name a PostgresBackup of the namespace"
 	Backup *corev1.LocalObjectReference `json:"backup,omitempty"`
 
 	// Source is an object store location that holds another cluster's base
@@ -333,6 +342,8 @@ type CloneSpec struct {
 	// Cluster is the name of a running PostgresCluster in this namespace;
 	// its data is copied with pg_basebackup over TLS.
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=50
 	Cluster string `json:"cluster"`
 }
 
@@ -388,6 +399,7 @@ type ObjectStoreSpec struct {
 	// namespaces never share a location).
 	// +kubebuilder:validation:Pattern=`^[^/].*$`
 	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)[.][.]?(/|$)') && !self.matches('[\\x00-\\x1f]')",message="path is a key prefix: no '.' or '..' segments, no control characters"
 	// +optional
 	Path string `json:"path,omitempty"`
 
@@ -413,11 +425,15 @@ type S3CredentialsSecret struct {
 	// AccessKeyIDKey is the Secret key holding the access key ID.
 	// +kubebuilder:default=ACCESS_KEY_ID
 	// +optional
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	// +kubebuilder:validation:MaxLength=253
 	AccessKeyIDKey string `json:"accessKeyIDKey,omitempty"`
 
 	// SecretAccessKeyKey is the Secret key holding the secret access key.
 	// +kubebuilder:default=SECRET_ACCESS_KEY
 	// +optional
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	// +kubebuilder:validation:MaxLength=253
 	SecretAccessKeyKey string `json:"secretAccessKeyKey,omitempty"`
 }
 

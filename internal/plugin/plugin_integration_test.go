@@ -312,8 +312,8 @@ func TestPromoteGivesUpWaitingAfterTheTimeout(t *testing.T) {
 	}
 }
 
-// userRoles are config/rbac/user_roles.yaml's ClusterRoles, named as the
-// deployment names them (tusk-edit, tusk-view).
+// userRoles are config/rbac/user_roles.yaml's ClusterRoles (tusk-edit,
+// tusk-view), as the file names them.
 func userRoles(t *testing.T) []*rbacv1.ClusterRole {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "rbac", "user_roles.yaml"))
@@ -326,7 +326,6 @@ func userRoles(t *testing.T) []*rbacv1.ClusterRole {
 		if err := yaml.UnmarshalStrict([]byte(doc), role); err != nil {
 			t.Fatal(err)
 		}
-		role.Name = "tusk-" + role.Name
 		roles = append(roles, role)
 	}
 	return roles

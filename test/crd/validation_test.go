@@ -139,6 +139,46 @@ func TestInvalidClustersAreRejectedOnCreate(t *testing.T) {
 		{"lease too long", `spec: {highAvailability: {leaseDuration: 2m}}`, "leaseDuration must be whole seconds from 2s to 60s"},
 		{"lease renewed too often", `spec: {highAvailability: {leaseDuration: 4s, leaseRenewInterval: 100ms}}`, "leaseRenewInterval must be at least 500ms"},
 		{"endpoint without scheme", `spec: {backup: {objectStore: {endpoint: "s3.example.com", bucket: b1b, credentialsSecret: {name: s}}}}`, "spec.backup.objectStore.endpoint"},
+		// Hostile or odd input in every string field: refused here, before
+		// the operator or a pod ever sees it.
+		{"too many instances", `spec: {instances: 17}`, "spec.instances in body should be less than or equal to 16"},
+		{"empty image", `spec: {image: ""}`, "spec.image in body should be at least 1 chars long"},
+		{"image with a line break", `spec: {image: "postgres:17\nevil"}`, "spec.image in body should match"},
+		{"image with a space", `spec: {image: "postgres:17 --evil"}`, "spec.image in body should match"},
+		{"huge image", `spec: {image: "` + strings.Repeat("x", 5000) + `"}`, "spec.image: Too long: may not be more than 512 bytes"},
+		{"unknown pull policy", `spec: {imagePullPolicy: Sometimes}`, `spec.imagePullPolicy: Unsupported value: "Sometimes"`},
+		{"SQL in the database name", `spec: {bootstrap: {initdb: {database: "app; DROP DATABASE postgres"}}}`, "spec.bootstrap.initdb.database in body should match"},
+		{"quote in the owner", `spec: {bootstrap: {initdb: {owner: 'a"b'}}}`, "spec.bootstrap.initdb.owner in body should match"},
+		{"unicode database name", `spec: {bootstrap: {initdb: {database: "ünï"}}}`, "spec.bootstrap.initdb.database in body should match"},
+		{"initdb Secret that no Secret can be named", `spec: {bootstrap: {initdb: {secret: {name: "../etc"}}}}`, "must name a Secret of the namespace"},
+		{"clone of a path", `spec: {bootstrap: {clone: {cluster: "../x"}}}`, "spec.bootstrap.clone.cluster in body should match"},
+		{"clone of nothing", `spec: {bootstrap: {clone: {cluster: ""}}}`, "spec.bootstrap.clone.cluster in body should be at least 1 chars long"},
+		{"recovery from an unnamed backup", `spec: {bootstrap: {recovery: {backup: {name: ""}}}}`, "must name a PostgresBackup of the namespace"},
+		{"recovery time in words", `spec: {bootstrap: {recovery: {backup: {name: b}, target: {time: "yesterday"}}}}`, "spec.bootstrap.recovery.target.time in body must be of type date-time"},
+		{"huge restore point name", `spec: {bootstrap: {recovery: {backup: {name: b}, target: {name: "` + strings.Repeat("n", 100) + `"}}}}`, "spec.bootstrap.recovery.target.name: Too long"},
+		{"superuser Secret with no name", `spec: {superuserSecret: {name: ""}}`, "must name a Secret of the namespace"},
+		{"superuser Secret as a path", `spec: {superuserSecret: {name: "../etc"}}`, "must name a Secret of the namespace"},
+		{"CA Secret with no name", `spec: {tls: {caSecret: {name: ""}}}`, "must name a Secret of the namespace"},
+		{"storage class with a line break", `spec: {storage: {size: 1Gi, storageClassName: "a\nb"}}`, "spec.storage.storageClassName in body should match"},
+		{"negative storage", `spec: {storage: {size: "-1Gi"}}`, "storage.size must be greater than zero"},
+		{"root as the postgres user", `spec: {postgresUID: 0}`, "spec.postgresUID in body should be greater than or equal to 1"},
+		{"priority class with a space", `spec: {priorityClassName: "A B"}`, "spec.priorityClassName in body should match"},
+		{"negative synchronous number", `spec: {postgresql: {synchronous: {number: -1}}}`, "spec.postgresql.synchronous.number in body should be greater than or equal to 1"},
+		{"parameter with two dots", `spec: {postgresql: {parameters: {"a.b.c": "1"}}}`, "one '.' (for extension settings)"},
+		{"bucket in capitals", `spec: {backup: {objectStore: {endpoint: "https://s3", bucket: BAD, credentialsSecret: {name: s}}}}`, "spec.backup.objectStore.bucket in body should match"},
+		{"path from the root", `spec: {backup: {objectStore: {endpoint: "https://s3", bucket: b1b, path: "/x", credentialsSecret: {name: s}}}}`, "spec.backup.objectStore.path in body should match"},
+		{"path climbing out", `spec: {backup: {objectStore: {endpoint: "https://s3", bucket: b1b, path: "a/../../b", credentialsSecret: {name: s}}}}`, "no '.' or '..' segments"},
+		{"path with a line break", `spec: {backup: {objectStore: {endpoint: "https://s3", bucket: b1b, path: "a\nb", credentialsSecret: {name: s}}}}`, "spec.backup.objectStore"},
+		{"endpoint with a line break", `spec: {backup: {objectStore: {endpoint: "https://s3\nx", bucket: b1b, credentialsSecret: {name: s}}}}`, "spec.backup.objectStore.endpoint in body should match"},
+		{"endpoint on the file system", `spec: {backup: {objectStore: {endpoint: "file:///etc", bucket: b1b, credentialsSecret: {name: s}}}}`, "spec.backup.objectStore.endpoint in body should match"},
+		{"credentials Secret with no name", `spec: {backup: {objectStore: {endpoint: "https://s3", bucket: b1b, credentialsSecret: {name: ""}}}}`, "spec.backup.objectStore.credentialsSecret.name in body should be at least 1 chars long"},
+		{"credentials key with a line break", `spec: {backup: {objectStore: {endpoint: "https://s3", bucket: b1b, credentialsSecret: {name: s, accessKeyIDKey: "a\nb"}}}}`, "spec.backup.objectStore.credentialsSecret.accessKeyIDKey in body should match"},
+		{"no retention at all", `spec: {backup: {objectStore: {endpoint: "https://s3", bucket: b1b, credentialsSecret: {name: s}}, retention: 0d}}`, "spec.backup.retention in body should match"},
+		{"unknown backup target", `spec: {backup: {objectStore: {endpoint: "https://s3", bucket: b1b, credentialsSecret: {name: s}}, target: standby}}`, `spec.backup.target: Unsupported value: "standby"`},
+		{"too many NetworkPolicy peers", `spec: {networkPolicy: {postgresFrom: [` + strings.Repeat(`{podSelector: {}},`, 40) + `{podSelector: {}}]}}`, "spec.networkPolicy.postgresFrom: Too many: 41: must have at most 32 items"},
+	}
+	if len(cases) < 50 {
+		t.Errorf("%d bad inputs; the table keeps at least 50", len(cases))
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
