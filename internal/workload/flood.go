@@ -68,7 +68,7 @@ func Flood(ctx context.Context, o FloodOptions) (*FloodReport, error) {
 		wg.Go(func() {
 			for i := 0; ctx.Err() == nil; i++ {
 				code, err := ask(ctx, client, o.URLs[i%len(o.URLs)])
-				if ctx.Err() != nil {
+				if ended(ctx) {
 					return // cut short by the end of the flood: not counted
 				}
 				rep.count(code, err)

@@ -209,7 +209,7 @@ func (w *writer) client(ctx context.Context, id int) {
 		if conn == nil {
 			c, err := w.connect(ctx, &warning)
 			if err != nil {
-				if ctx.Err() != nil {
+				if ended(ctx) {
 					return // the run ended while connecting
 				}
 				w.countError("connect_" + ErrorKind(err))
@@ -245,8 +245,8 @@ func (w *writer) ordinaryClient(ctx context.Context, id int) {
 	for seq := int64(1); ctx.Err() == nil; seq++ {
 		conn, err := w.connect(ctx, &warning)
 		if err != nil {
-			if ctx.Err() != nil {
-				return
+			if ended(ctx) {
+				return // the run ended while connecting
 			}
 			w.countError("connect_" + ErrorKind(err))
 			sleep(ctx, w.opts.Backoff)
@@ -375,6 +375,18 @@ func closeConn(conn *pgx.Conn) {
 
 // sleep waits d, or less if ctx is done first; it reports whether ctx is
 // still live.
+// ended says whether the run ctx bounds is over. A connection attempt
+// bounded by ctx's deadline fails with a timeout of the dialer's own a
+// moment before ctx reports the deadline: without the second test that
+// failure would count as the server's.
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	deadline, ok := ctx.Deadline()
+	return ok && !time.Now().Before(deadline)
+}
+
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
