@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -56,7 +57,7 @@ func (m *Manager) bootstrap(ctx context.Context) (bool, error) {
 	case m.opts.Role == instanceapi.RolePrimary:
 		err = m.initPrimary(ctx, building)
 	default:
-		err = m.cloneFrom(ctx, m.opts.Upstream, building)
+		err = m.cloneWhenReachable(ctx, m.opts.Upstream, building)
 	}
 	if err != nil {
 		return false, err
@@ -222,6 +223,33 @@ func (m *Manager) cloneFrom(ctx context.Context, up instanceapi.Upstream, dir st
 	}
 	return os.WriteFile(filepath.Join(dir, "standby.signal"), nil, 0o600)
 }
+
+// cloneWhenReachable is cloneFrom for a new replica, which may start
+// before its primary can be reached (a Service's endpoints follow the
+// primary's readiness a moment later): while pg_basebackup cannot even
+// connect, it waits and tries again, until ctx ends. Any other failure
+// ends the bootstrap.
+func (m *Manager) cloneWhenReachable(ctx context.Context, up instanceapi.Upstream, dir string) error {
+	wait := time.Second
+	for {
+		err := m.cloneFrom(ctx, up, dir)
+		if err == nil || !couldNotConnect(err) || ctx.Err() != nil {
+			return err
+		}
+		m.log.Info("The primary cannot be reached yet; trying again", "in", wait.String(), "error", err.Error())
+		if err := os.RemoveAll(dir); err != nil {
+			return err
+		}
+		if !sleepCtx(ctx, wait) {
+			return err
+		}
+		wait = min(2*wait, maxCloneWait)
+	}
+}
+
+// maxCloneWait is the longest wait between two attempts of a new
+// replica to reach its primary.
+const maxCloneWait = 10 * time.Second
 
 // runTool runs one of PostgreSQL's programs, logging its output, and returns
 // an error that quotes the end of that output.
