@@ -16,6 +16,9 @@
 # TUSK_CACHE_DIR keyed by their recipe; the operator image is rebuilt from
 # bin/tusk every time because it changes with every commit.
 set -euo pipefail
+# A failed build inside $(build_one ...) must stop the script, not load the
+# image of an older binary.
+shopt -s inherit_errexit
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=hack/lib.sh
 . "$here/lib.sh"

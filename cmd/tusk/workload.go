@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -71,6 +70,7 @@ func newWorkloadWriteCommand() *cobra.Command {
 func newWorkloadCheckCommand() *cobra.Command {
 	var (
 		dsn, table, ledger string
+		readTimeout        time.Duration
 		o                  workload.CheckOptions
 	)
 	cmd := &cobra.Command{
@@ -82,9 +82,7 @@ func newWorkloadCheckCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-			defer cancel()
-			rep, err := workload.CheckDatabase(ctx, dsn, table, ledger, o)
+			rep, err := workload.CheckDatabase(ctx, dsn, table, ledger, readTimeout, o)
 			if err != nil {
 				return err
 			}
@@ -101,6 +99,7 @@ func newWorkloadCheckCommand() *cobra.Command {
 	f.StringVar(&dsn, "dsn", os.Getenv("TUSK_WORKLOAD_DSN"), "libpq connection string or URI (empty: the PG* environment variables)")
 	f.StringVar(&table, "table", "tusk_workload", "table the writer appended to")
 	f.StringVar(&ledger, "ledger", "", "the writer's ledger file (required)")
+	f.DurationVar(&readTimeout, "read-timeout", 2*time.Minute, "longest wait to connect and read the table (0: none); reading the ledger and comparing are not bounded")
 	f.IntVar(&o.MaxLost, "max-lost", 0, "lost acknowledged rows tolerated (asynchronous replication); 0 for synchronous mode")
 	f.DurationVar(&o.SplitBrainWindow, "split-brain-window", 0, "report servers that interleave commits within this window (0: off)")
 	f.DurationVar(&o.GapThreshold, "gap-threshold", time.Second, "list the write gaps longer than this")

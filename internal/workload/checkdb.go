@@ -3,18 +3,28 @@ package workload
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // CheckDatabase reads the ledger at ledgerPath and every row of table
-// through dsn, then applies Check.
-func CheckDatabase(ctx context.Context, dsn, table, ledgerPath string, opts CheckOptions) (*CheckReport, error) {
+// through dsn, then applies Check. readTimeout (when positive) bounds
+// connecting and reading the table, the one step that waits on the
+// network: a caller that tries again after a failure can then tell a check
+// that cannot reach the server from one that is busy with a long ledger,
+// whose reading and comparing take time in proportion to its length.
+func CheckDatabase(ctx context.Context, dsn, table, ledgerPath string, readTimeout time.Duration, opts CheckOptions) (*CheckReport, error) {
 	recs, info, err := ReadLedgerFile(ledgerPath)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := ReadRows(ctx, dsn, table)
+	readCtx, cancel := ctx, context.CancelFunc(func() {})
+	if readTimeout > 0 {
+		readCtx, cancel = context.WithTimeout(ctx, readTimeout)
+	}
+	rows, err := ReadRows(readCtx, dsn, table)
+	cancel()
 	if err != nil {
 		return nil, err
 	}

@@ -214,7 +214,7 @@ func mustCheck(t *testing.T, pg *pgServer, table, ledger string, opts CheckOptio
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rep, err := CheckDatabase(ctx, pg.DSN(), table, ledger, opts)
+	rep, err := CheckDatabase(ctx, pg.DSN(), table, ledger, 0, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,13 @@ const (
 	ordinaryAcks = 10
 	// splitBrainWindow: one node, one clock, no skew (docs/workload.md).
 	splitBrainWindow = "5s"
+	// checkReadTimeout bounds a check's connecting and reading the table;
+	// checkStartBudget is how long failed checks are tried again (-rw
+	// settling); checkAttemptLimit only stops a checker that hangs on
+	// something else, far above what a long run's ledger takes.
+	checkReadTimeout  = time.Minute
+	checkStartBudget  = 2 * time.Minute
+	checkAttemptLimit = 20 * time.Minute
 )
 
 // workloadWriter is a running `tusk workload write` pod: its writer
@@ -293,22 +300,34 @@ func (w *workloadWriter) Check(t *testing.T) *workload.CheckReport {
 		err error
 	)
 	args := []string{workloadBinary, "workload", "check", "--ledger", w.ledger, "--table", w.table, "--split-brain-window", splitBrainWindow,
-		"--max-lost", strconv.Itoa(w.maxLost)}
+		"--max-lost", strconv.Itoa(w.maxLost), "--read-timeout", checkReadTimeout.String()}
 	if w.stopped == nil {
 		args = append(args, "--live")
 	}
 	// -rw may still be settling on its new primary when the cluster turns
-	// Ready: a check that cannot connect or read is tried again, a check
-	// that ran is never.
-	eventuallyEvery(t, 2*time.Minute, 2*time.Second, "the workload checker to read the table", func(ctx context.Context) (bool, error) {
-		ctx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
+	// Ready: a check that cannot connect or read gives up at its read
+	// timeout and is tried again, a check that ran is never. An attempt is
+	// not cut short otherwise: reading and comparing the ledger take time
+	// in proportion to it (a chaos run's tuned writer logs a million writes
+	// in a few minutes; a one-minute limit on each attempt killed every try
+	// of the check 14 faults into a CI run).
+	start, tries := time.Now(), 0
+	for {
+		tries++
+		began := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), checkAttemptLimit)
 		out, err = w.exec(ctx, "tools", args...)
+		cancel()
 		if strings.HasPrefix(strings.TrimSpace(out), "{") {
-			return true, nil // it ran; its verdict is in the report whatever its exit status
+			t.Logf("workload check of the %s client took %s (%d tries in %s)", w.container,
+				time.Since(began).Round(100*time.Millisecond), tries, time.Since(start).Round(100*time.Millisecond))
+			break // it ran; its verdict is in the report whatever its exit status
 		}
-		return false, err
-	})
+		if time.Since(start) > checkStartBudget {
+			t.Fatalf("the workload checker could not read the table for %s (%d tries): %v\n%s", checkStartBudget, tries, err, out)
+		}
+		time.Sleep(2 * time.Second) // the pause between two tries, not a wait for a state
+	}
 	rep := &workload.CheckReport{}
 	if jerr := json.Unmarshal([]byte(out), rep); jerr != nil {
 		t.Fatalf("parsing the checker's report: %v (checker: %v)\n%s", jerr, err, out)
@@ -322,7 +341,8 @@ func (w *workloadWriter) Check(t *testing.T) *workload.CheckReport {
 // Ledger reads the whole ledger back.
 func (w *workloadWriter) Ledger(t *testing.T) []workload.Record {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// Like a check, the copy takes time in proportion to the ledger.
+	ctx, cancel := context.WithTimeout(context.Background(), checkAttemptLimit)
 	defer cancel()
 	out, err := w.exec(ctx, "tools", "cat", w.ledger)
 	if err != nil {
