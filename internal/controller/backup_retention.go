@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -50,7 +51,7 @@ func (r *BackupScheduleReconciler) reconcileRetention(ctx context.Context, c *tu
 	}
 	backups, err := r.clusterBackups(ctx, c)
 	if err != nil {
-		r.setCondition(c, ConditionBackupRetention, metav1.ConditionFalse, ReasonRetentionFailed, err.Error())
+		r.setCondition(c, ConditionBackupRetention, metav1.ConditionFalse, ReasonRetentionFailed, retentionFailure(err))
 		return r.failedRetention(c, now)
 	}
 	completed := completedNames(backups)
@@ -60,7 +61,7 @@ func (r *BackupScheduleReconciler) reconcileRetention(ctx context.Context, c *tu
 	}
 	if err := r.applyRetention(ctx, c, backups, period, now); err != nil {
 		ctrlLog(ctx).Info("Applying retention failed", "error", err.Error())
-		r.setCondition(c, ConditionBackupRetention, metav1.ConditionFalse, ReasonRetentionFailed, err.Error())
+		r.setCondition(c, ConditionBackupRetention, metav1.ConditionFalse, ReasonRetentionFailed, retentionFailure(err))
 		return r.failedRetention(c, now)
 	}
 	r.retentionDone(c, completed)
@@ -100,6 +101,20 @@ func (r *BackupScheduleReconciler) applyRetention(ctx context.Context, c *tuskv1
 	}
 	r.setCondition(c, ConditionBackupRetention, metav1.ConditionTrue, ReasonRetentionApplied, msg)
 	return nil
+}
+
+// retentionFailure is what status and Events say of a failed retention
+// run. A failure at the object store is told by its kind and the endpoint
+// only: the operator reaches the endpoint from its own place in the
+// network, which the tenant's pods may not share, and the cause (refused,
+// timed out, what answered) would let whoever writes the spec probe that
+// network through status. The operator's log keeps the cause.
+func retentionFailure(err error) string {
+	var se *objectstore.Error
+	if !errors.As(err, &se) {
+		return err.Error()
+	}
+	return fmt.Sprintf("retention stopped at %s of bucket %q at %s: %s (the operator's log has the cause)", se.Op, se.Bucket, se.Endpoint, se.Kind)
 }
 
 // deletePrunedBackups deletes the completed PostgresBackups of this
@@ -182,6 +197,7 @@ func (r *BackupScheduleReconciler) clusterStore(ctx context.Context, c *tuskv1al
 	cfg := objectstore.Config{
 		Endpoint: spec.Endpoint, Bucket: spec.Bucket, Path: archivePath(c), Region: spec.Region,
 		AccessKeyID: string(creds[id]), SecretAccessKey: string(creds[secret]),
+		AddressCheck: r.storeAddressCheck,
 	}
 	if ca := spec.CASecret; ca != nil {
 		data, err := r.secretKeys(ctx, c, "spec.backup.objectStore.caSecret", ca.Name, ca.Key)

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -56,6 +57,9 @@ type BackupScheduleReconciler struct {
 	Clock clock.PassiveClock
 	// secrets reads the object store's keys (the user's Secrets).
 	secrets secretReader
+	// storeAddressCheck refuses the object store addresses the operator
+	// must not reach (Config.ObjectStoreAddressCheck).
+	storeAddressCheck func(netip.Addr) error
 
 	mu        sync.Mutex
 	retention map[client.ObjectKey]*retentionState

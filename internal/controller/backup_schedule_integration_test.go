@@ -351,3 +351,38 @@ func findCondition(c *tuskv1alpha1.PostgresCluster, typ string) *metav1.Conditio
 	}
 	return &metav1.Condition{}
 }
+
+// TestRetentionReachesNoInternalAddress: retention never connects to a
+// link-local (cloud metadata) endpoint, and status tells a failure at the
+// store by its kind, never by its cause, which would let whoever writes
+// the spec probe the operator's network through status.
+func TestRetentionReachesNoInternalAddress(t *testing.T) {
+	for _, tc := range []struct {
+		endpoint, want, never string
+	}{
+		{"http://169.254.169.254", "endpoint refused", ""},
+		// A closed port on loopback (which these tests allow): refused
+		// at once, and status must not say so.
+		{"http://127.0.0.1:1", "endpoint unreachable", "connection refused"},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			ns := newNamespace(t)
+			create(t, &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: "s3", Namespace: ns},
+				Data:       map[string][]byte{"ACCESS_KEY_ID": []byte("id"), "SECRET_ACCESS_KEY": []byte("secret")},
+			})
+			cluster := newBackupCluster(ns)
+			cluster.Spec.Backup.ObjectStore.Endpoint = tc.endpoint
+			cluster.Spec.Backup.ObjectStore.CASecret = nil
+			cluster.Spec.Backup.Retention = "7d"
+			create(t, cluster)
+			c := clusterWhen(t, client.ObjectKeyFromObject(cluster), func(c *tuskv1alpha1.PostgresCluster) error {
+				return condition(c, ConditionBackupRetention, metav1.ConditionFalse, ReasonRetentionFailed)
+			})
+			msg := findCondition(c, ConditionBackupRetention).Message
+			if !strings.Contains(msg, tc.want) || !strings.Contains(msg, tc.endpoint) || (tc.never != "" && strings.Contains(msg, tc.never)) {
+				t.Errorf("condition message %q, want %q and the endpoint, never %q", msg, tc.want, tc.never)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -49,6 +50,11 @@ type Config struct {
 	// Clock is the time backup schedules and retention go by: the real
 	// clock when nil (tests set a fake one).
 	Clock clock.PassiveClock
+	// ObjectStoreAddressCheck is asked about every address the operator
+	// connects to for an object store (retention):
+	// objectstore.RefuseInternalAddresses when nil. Tests whose S3 server
+	// listens on loopback allow it.
+	ObjectStoreAddressCheck func(netip.Addr) error
 }
 
 // ClusterReconciler drives PostgresClusters towards their spec.

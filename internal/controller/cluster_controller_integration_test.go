@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -30,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/objectstore"
 	"tusk.dev/tusk/internal/pki"
 	"tusk.dev/tusk/internal/testenv"
 )
@@ -38,7 +40,15 @@ const waitTimeout = 30 * time.Second
 
 // testConfig is the reconcilers' configuration in these tests; pods never
 // run in envtest, so the image only has to be a valid name.
-var testConfig = Config{InstanceManagerImage: "tusk/operator:test"}
+// testConfig is the operator's configuration in these tests. Their S3
+// server listens on loopback, which the operator otherwise refuses; every
+// other address is checked as in production.
+var testConfig = Config{InstanceManagerImage: "tusk/operator:test", ObjectStoreAddressCheck: func(a netip.Addr) error {
+	if a.IsLoopback() {
+		return nil
+	}
+	return objectstore.RefuseInternalAddresses(a)
+}}
 
 func newCluster(ns string) *tuskv1alpha1.PostgresCluster {
 	return &tuskv1alpha1.PostgresCluster{

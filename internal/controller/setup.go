@@ -16,6 +16,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"tusk.dev/tusk/internal/objectstore"
 )
 
 // SetupWithManager registers every Tusk reconciler with mgr. namespaces
@@ -35,7 +37,11 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config, namespaces []string) error {
 	if err := clusters.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	schedules := &BackupScheduleReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("tusk"), Clock: cfg.Clock, secrets: secrets}
+	schedules := &BackupScheduleReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("tusk"), Clock: cfg.Clock, secrets: secrets,
+		storeAddressCheck: cfg.ObjectStoreAddressCheck}
+	if schedules.storeAddressCheck == nil {
+		schedules.storeAddressCheck = objectstore.RefuseInternalAddresses
+	}
 	if err := schedules.SetupWithManager(mgr); err != nil {
 		return err
 	}

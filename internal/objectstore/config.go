@@ -13,11 +13,15 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path"
+	"slices"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -63,6 +67,16 @@ type Config struct {
 	// (3 when zero; retries back off, so an unreachable endpoint takes a
 	// few seconds to report).
 	MaxRetries int `json:"maxRetries,omitempty"`
+
+	// AddressCheck, when set, is asked before every connection with the
+	// address about to be dialled, after name resolution (so a name that
+	// resolves, or is made to resolve, to a refused address is refused
+	// too); an error refuses the connection (KindRefused). Connections then
+	// go to the endpoint directly, never through a proxy from the
+	// environment, whose address would be all the check sees. The operator
+	// sets RefuseInternalAddresses: whoever writes a cluster's spec chooses
+	// the endpoint, and must not make the operator reach what only it can.
+	AddressCheck func(netip.Addr) error `json:"-"`
 }
 
 // endpoint is the parsed Endpoint.
@@ -135,6 +149,10 @@ func (c Config) transport() (*http.Transport, error) {
 	}
 	tr = tr.Clone()
 	tr.ResponseHeaderTimeout = 2 * time.Minute
+	if c.AddressCheck != nil {
+		tr.Proxy = nil
+		tr.DialContext = checkedDialer(c.AddressCheck).DialContext
+	}
 	if c.CAFile != "" && len(c.CA) > 0 {
 		return nil, errors.New("the object store CA bundle is given both directly and as a file: give one")
 	}
@@ -158,4 +176,59 @@ func (c Config) transport() (*http.Transport, error) {
 	}
 	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	return tr, nil
+}
+
+// checkedDialer dials as http.DefaultTransport does, asking check about each
+// address just before the connection is made: after resolution, and for
+// every address a name resolves to.
+func checkedDialer(check func(netip.Addr) error) *net.Dialer {
+	return &net.Dialer{
+		Timeout:   30 * time.Second,
+		KeepAlive: 30 * time.Second,
+		Control: func(_, address string, _ syscall.RawConn) error {
+			ap, err := netip.ParseAddrPort(address)
+			if err != nil {
+				return fmt.Errorf("%w: %s is not an IP address and port", ErrAddressRefused, address)
+			}
+			return check(ap.Addr().Unmap())
+		},
+	}
+}
+
+// ErrAddressRefused is wrapped by the errors of an AddressCheck that
+// refuses an address.
+var ErrAddressRefused = errors.New("address refused")
+
+// metadataServices are the cloud instance-metadata addresses outside
+// the link-local range: Alibaba Cloud's, and AWS's over IPv6 (in the
+// unique local range, which private networks use too, so it is refused by
+// address rather than by range).
+var metadataServices = []netip.Addr{
+	netip.MustParseAddr("100.100.100.200"),
+	netip.MustParseAddr("fd00:ec2::254"),
+}
+
+// RefuseInternalAddresses refuses the addresses no object store of a
+// tenant can have, seen from the operator's pod: its own loopback (its
+// metrics and probes), link-local ones (where most clouds serve instance
+// metadata and credentials), the other known metadata services,
+// unspecified and multicast addresses. Private and cluster addresses stay
+// allowed: an object store often runs in the cluster.
+func RefuseInternalAddresses(a netip.Addr) error {
+	var what string
+	switch {
+	case a.IsLoopback():
+		what = "a loopback address"
+	case a.IsLinkLocalUnicast(), a.IsLinkLocalMulticast():
+		what = "a link-local address (where clouds serve instance metadata)"
+	case slices.Contains(metadataServices, a):
+		what = "a cloud instance-metadata address"
+	case a.IsUnspecified():
+		what = "the unspecified address"
+	case a.IsMulticast():
+		what = "a multicast address"
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: the endpoint is at %s, %s, which the operator does not connect to for an object store", ErrAddressRefused, a, what)
 }

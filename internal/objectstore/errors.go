@@ -32,6 +32,9 @@ const (
 	// KindTLS: the endpoint's certificate is not trusted or does not match,
 	// or it does not speak TLS at all.
 	KindTLS
+	// KindRefused: the Config's AddressCheck refused the endpoint's
+	// address; nothing was sent.
+	KindRefused
 )
 
 // String names the kind as the hint in messages does.
@@ -47,6 +50,8 @@ func (k Kind) String() string {
 		return "endpoint unreachable"
 	case KindTLS:
 		return "TLS failure: the endpoint's certificate is not trusted (set a CA bundle) or does not match its name"
+	case KindRefused:
+		return "endpoint refused: it is at an address the operator does not connect to (loopback, link-local, cloud metadata)"
 	default:
 		return "object store error"
 	}
@@ -114,6 +119,9 @@ func classifyResponse(r minio.ErrorResponse) Kind {
 // classifyTransport recognises failures below HTTP: TLS, then anything that
 // kept the request from reaching the server.
 func classifyTransport(err error) (Kind, bool) {
+	if errors.Is(err, ErrAddressRefused) {
+		return KindRefused, true
+	}
 	if isTLSError(err) {
 		return KindTLS, true
 	}
