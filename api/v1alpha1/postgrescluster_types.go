@@ -556,6 +556,13 @@ type ArchiveStatus struct {
 	// instance's log says why it fails.
 	// +optional
 	Failing bool `json:"failing,omitempty"`
+
+	// Reason is why archiving fails, as the primary's instance manager
+	// last saw it: the kind of object store failure (credentials, bucket,
+	// endpoint, TLS) or the error (a location that holds another
+	// database's archive).
+	// +optional
+	Reason string `json:"reason,omitempty"`
 }
 
 // QuorumStatus is a primary's synchronous_standby_names: ANY number

@@ -40,6 +40,9 @@ func (r *ClusterReconciler) applyOwned(ctx context.Context, owner client.Object,
 	switch {
 	case err != nil:
 		return err
+	case keptFor(existing, owner):
+		// Kept with the volumes by a deleted cluster of this name: taken
+		// over, and the mark removed, by the update below.
 	case !metav1.IsControlledBy(existing, owner):
 		// Someone else's object of the name Tusk needs: taking it over
 		// would let garbage collection delete it with the cluster.

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -183,7 +184,23 @@ func archiveStatus(c *tuskv1alpha1.PostgresCluster, v *view) *tuskv1alpha1.Archi
 		LastFailedWAL:    a.LastFailedWAL,
 		LastFailedTime:   statusTime(a.LastFailedTime),
 		Failing:          a.Failing,
+		Reason:           truncate(a.Reason, maxArchiveReason),
 	}
+}
+
+// maxArchiveReason bounds the reason status copies from an instance.
+const maxArchiveReason = 1024
+
+// truncate cuts s to at most n bytes, on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
 }
 
 // statusTime is t as status stores it (whole seconds), so an unchanged

@@ -115,6 +115,7 @@ func TestSetStatusArchive(t *testing.T) {
 		a := &instanceapi.ArchiveStatus{LastArchivedWAL: "000000010000000000000003", LastArchivedTime: &archived}
 		if failing {
 			a.LastFailedWAL, a.LastFailedTime, a.Failing = "000000010000000000000004", &failed, true
+			a.Reason = "access denied: wrong credentials or no permission on the bucket"
 		}
 		return a
 	}
@@ -143,8 +144,8 @@ func TestSetStatusArchive(t *testing.T) {
 		t.Fatalf("status.archive %+v: want the primary's failing report, times in whole seconds", a)
 	}
 	if d, r := condition(c, ConditionDegraded), condition(c, ConditionReady); d.Status != metav1.ConditionTrue || d.Reason != ReasonArchiveFailing ||
-		!strings.Contains(d.Message, "000000010000000000000004") || r.Status != metav1.ConditionTrue || c.Status.Phase != tuskv1alpha1.ClusterPhaseDegraded {
-		t.Errorf("failing archive: Degraded %+v, Ready %+v, phase %s; want Degraded ArchiveFailing naming the WAL, still Ready", d, r, c.Status.Phase)
+		!strings.Contains(d.Message, "000000010000000000000004") || !strings.Contains(d.Message, "access denied") || r.Status != metav1.ConditionTrue || c.Status.Phase != tuskv1alpha1.ClusterPhaseDegraded {
+		t.Errorf("failing archive: Degraded %+v, Ready %+v, phase %s; want Degraded ArchiveFailing naming the WAL and why, still Ready", d, r, c.Status.Phase)
 	}
 
 	// The primary does not answer: the last report stays.

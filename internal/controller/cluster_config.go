@@ -93,20 +93,27 @@ func streamingStandbys(primary *member) int {
 
 // reconcileConfig publishes the configuration for pods that start, and
 // sends it to every running instance that has not accepted it yet.
-func (r *ClusterReconciler) reconcileConfig(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, ic *instanceClient) error {
+// applyConfigMap writes the configuration new pods start with (the
+// ConfigMap they mount) and returns it.
+func (r *ClusterReconciler) applyConfigMap(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view) (instanceapi.Config, error) {
 	cfg := desiredConfig(c, v)
 	// Parameters stored before the CRD refused them (or through a path
 	// that skipped validation) change nothing: not the ConfigMap new pods
 	// start with, not a running instance.
 	if err := cfg.Validate(); err != nil {
-		return userError(ReasonInvalidParameters, "spec.postgresql.parameters cannot be applied, nothing was changed: %v", err)
+		return cfg, userError(ReasonInvalidParameters, "spec.postgresql.parameters cannot be applied, nothing was changed: %v", err)
 	}
 	data, err := json.Marshal(cfg)
 	if err != nil {
-		return err
+		return cfg, err
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: objectMeta(c, configConfigMapName(c)), Data: map[string]string{configFileName: string(data)}}
-	if err := r.applyOwned(ctx, c, cm); err != nil {
+	return cfg, r.applyOwned(ctx, c, cm)
+}
+
+func (r *ClusterReconciler) reconcileConfig(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, ic *instanceClient) error {
+	cfg, err := r.applyConfigMap(ctx, c, v)
+	if err != nil {
 		return err
 	}
 	hash, err := hashOf(cfg)

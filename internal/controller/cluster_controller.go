@@ -188,11 +188,11 @@ func (r *ClusterReconciler) reconcileMembers(ctx context.Context, c *tuskv1alpha
 			return p, err
 		}
 	}
-	changed, err := r.reconcileInstances(ctx, c, v)
+	changed, err := r.reconcileInstances(ctx, c, v, ic)
 	p.scaling = changed
-	if primary := v.member(c.Status.CurrentPrimary); primary == nil || !primary.ready() {
-		// Creating until the first primary has served once.
-		p.creating = stillCreating(c)
+	p.creating = creatingPrimary(c, v)
+	if adopting(c, v) {
+		return r.whileAdopting(ctx, c, v, p, err)
 	}
 	if err != nil || changed {
 		return p, err
@@ -240,6 +240,24 @@ func (r *ClusterReconciler) reconcileMembers(ctx context.Context, c *tuskv1alpha
 	}
 	p.syncDegrade = synchronousDegraded(c, v)
 	p.rollout, err = r.reconcileRollout(ctx, c, v, ic)
+	return p, err
+}
+
+// creatingPrimary says the cluster is being created: until the first
+// primary has served once.
+func creatingPrimary(c *tuskv1alpha1.PostgresCluster, v *view) bool {
+	primary := v.member(c.Status.CurrentPrimary)
+	return (primary == nil || !primary.ready()) && stillCreating(c)
+}
+
+// whileAdopting ends a pass of a cluster adopting kept volumes: nothing
+// else runs before the adoption has a primary, as every other step goes by
+// a current primary; the pods need the configuration they mount.
+func (r *ClusterReconciler) whileAdopting(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, p progress, err error) (progress, error) {
+	p.adopting = adoptionProgress(c, v)
+	if err == nil {
+		_, err = r.applyConfigMap(ctx, c, v)
+	}
 	return p, err
 }
 

@@ -15,15 +15,18 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -563,7 +566,83 @@ func TestDeletionFollowsReclaimPolicy(t *testing.T) {
 				t.Errorf("PVC pg-1 was touched: deletionTimestamp %v, resourceVersion %s → %s",
 					after.DeletionTimestamp, pvc.ResourceVersion, after.ResourceVersion)
 			}
+			// The passwords the data keeps stay with the volumes (envtest
+			// runs no garbage collector: ownership is what decides).
+			for _, name := range []string{"pg-superuser", "pg-app"} {
+				s := get(t, ns, name, &corev1.Secret{})
+				owned := len(s.OwnerReferences) > 0
+				if kept := !owned && s.Annotations[AnnotationKeptFor] == "pg"; kept != (policy == tuskv1alpha1.ReclaimRetain) {
+					t.Errorf("Secret %s: owner references %v, annotations %v; want it kept for pg only with Retain", name, s.OwnerReferences, s.Annotations)
+				}
+			}
+			if policy != tuskv1alpha1.ReclaimRetain {
+				return
+			}
+			// Created again: the kept Secrets are taken over, their
+			// passwords unchanged.
+			before := get(t, ns, "pg-app", &corev1.Secret{})
+			collectGarbage(t, ns, cluster.UID)
+			again := newCluster(ns)
+			create(t, again)
+			clusterWhen(t, client.ObjectKeyFromObject(again), func(c *tuskv1alpha1.PostgresCluster) error {
+				s := &corev1.Secret{}
+				if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pg-app"}, s); err != nil {
+					return err
+				}
+				if !metav1.IsControlledBy(s, c) || s.Annotations[AnnotationKeptFor] != "" {
+					return fmt.Errorf("pg-app: owners %v, annotations %v; want it taken over", s.OwnerReferences, s.Annotations)
+				}
+				if string(s.Data[keyPassword]) != string(before.Data[keyPassword]) {
+					return errors.New("pg-app got a new password")
+				}
+				return nil
+			})
 		})
+	}
+}
+
+// collectGarbage deletes what owner owned, as the garbage collector that
+// envtest does not run would.
+func collectGarbage(t *testing.T, ns string, owner types.UID) {
+	t.Helper()
+	ctx := context.Background()
+	lists := []client.ObjectList{&corev1.PodList{}, &corev1.SecretList{}, &corev1.ConfigMapList{}, &corev1.ServiceList{},
+		&corev1.ServiceAccountList{}, &rbacv1.RoleList{}, &rbacv1.RoleBindingList{}, &policyv1.PodDisruptionBudgetList{},
+		&networkingv1.NetworkPolicyList{}, &coordinationv1.LeaseList{}}
+	for _, list := range lists {
+		if err := env.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		err := meta.EachListItem(list, func(o runtime.Object) error {
+			obj, ok := o.(client.Object)
+			if !ok || !slices.ContainsFunc(obj.GetOwnerReferences(), func(r metav1.OwnerReference) bool { return r.UID == owner }) {
+				return nil
+			}
+			return client.IgnoreNotFound(env.Client.Delete(ctx, obj, client.GracePeriodSeconds(0)))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestKeptMarkIsNotAKeyToOtherObjects: only a Secret Tusk kept is taken
+// over; a ConfigMap of the name Tusk needs, carrying the same mark, is
+// still someone else's.
+func TestKeptMarkIsNotAKeyToOtherObjects(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "pg-config", Namespace: ns,
+		Labels: map[string]string{LabelCluster: "pg"}, Annotations: map[string]string{AnnotationKeptFor: "pg"}}})
+	cluster := newCluster(ns)
+	create(t, cluster)
+	clusterWhen(t, client.ObjectKeyFromObject(cluster), func(c *tuskv1alpha1.PostgresCluster) error {
+		if cond := meta.FindStatusCondition(c.Status.Conditions, ConditionReady); cond == nil || cond.Reason != ReasonObjectNotOwned {
+			return fmt.Errorf("Ready %+v, want ObjectNotOwned", cond)
+		}
+		return nil
+	})
+	if cm := get(t, ns, "pg-config", &corev1.ConfigMap{}); len(cm.OwnerReferences) > 0 {
+		t.Errorf("the ConfigMap was taken over: %v", cm.OwnerReferences)
 	}
 }
 

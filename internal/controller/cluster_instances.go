@@ -16,7 +16,10 @@ import (
 // reconcileInstances creates the first instance, recreates pods of
 // instances whose pod is gone, and adds or removes replicas to match
 // spec.instances. It reports whether it changed anything.
-func (r *ClusterReconciler) reconcileInstances(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view) (bool, error) {
+func (r *ClusterReconciler) reconcileInstances(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, ic *instanceClient) (bool, error) {
+	if adopting(c, v) {
+		return r.adoptVolumes(ctx, c, v, ic)
+	}
 	if c.Status.CurrentPrimary == "" {
 		return r.bootstrapPrimary(ctx, c, v)
 	}
@@ -39,18 +42,10 @@ func (r *ClusterReconciler) reconcileInstances(ctx context.Context, c *tuskv1alp
 	return false, nil
 }
 
-// bootstrapPrimary creates instance 1 (or adopts the volumes a deleted
-// cluster of the same name kept) and records it as the primary.
+// bootstrapPrimary creates instance 1 and records it as the primary (a
+// cluster that finds volumes of a deleted one adopts them instead:
+// adoptVolumes).
 func (r *ClusterReconciler) bootstrapPrimary(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view) (bool, error) {
-	if len(v.members) > 0 {
-		// Volumes kept from a cluster of the same name: the lowest serial
-		// was created first, as the primary. Its data decides its role.
-		first := v.members[0]
-		c.Status.CurrentPrimary, c.Status.TargetPrimary = first.name, first.name
-		c.Status.LastInstanceSerial = max(c.Status.LastInstanceSerial, v.members[len(v.members)-1].serial)
-		r.event(c, corev1.EventTypeNormal, "AdoptedVolumes", "Create", "Found %d volumes of an earlier cluster %s; %s is the primary", len(v.members), c.Name, first.name)
-		return true, r.persistStatus(ctx, c)
-	}
 	name, err := r.allocateInstance(ctx, c, v)
 	if err != nil {
 		return false, err
@@ -198,6 +193,9 @@ func leastValuableReplica(c *tuskv1alpha1.PostgresCluster, v *view) *member {
 func wantedRole(c *tuskv1alpha1.PostgresCluster, name string) instanceapi.Role {
 	if name == c.Status.CurrentPrimary && c.Status.CurrentPrimary == c.Status.TargetPrimary {
 		return instanceapi.RolePrimary
+	}
+	if c.Status.CurrentPrimary == "" && name == c.Status.TargetPrimary {
+		return instanceapi.RolePrimary // the primary an adoption chose (adoptVolumes)
 	}
 	return instanceapi.RoleReplica
 }

@@ -16,6 +16,7 @@ import (
 // progress is what the phases of one reconcile did or are waiting for.
 type progress struct {
 	creating    bool    // the first primary is not serving yet
+	adopting    string  // what an adoption of kept volumes waits for ("" when none)
 	scaling     bool    // instances are being added or removed
 	switching   bool    // a switchover is under way
 	switched    bool    // a switchover completed in this pass
@@ -107,6 +108,8 @@ func progressingCondition(c *tuskv1alpha1.PostgresCluster, v *view, p progress) 
 		return recovering
 	}
 	switch {
+	case p.creating && p.adopting != "":
+		cond.Reason, cond.Message = ReasonAdoptingVolumes, p.adopting
 	case p.creating:
 		cond.Reason, cond.Message = ReasonCreating, "Creating the primary "+c.Status.CurrentPrimary
 	case p.failover.done:
@@ -169,6 +172,10 @@ func degradedCondition(c *tuskv1alpha1.PostgresCluster, v *view, p progress) met
 		cond.Reason = ReasonArchiveFailing
 		cond.Message = fmt.Sprintf("Archiving WAL to the object store fails (last failed: %s); PostgreSQL keeps the WAL and retries: see the primary's log for why",
 			c.Status.Archive.LastFailedWAL)
+		if why := c.Status.Archive.Reason; why != "" {
+			cond.Message = fmt.Sprintf("Archiving WAL to the object store fails (last failed: %s): %s. PostgreSQL keeps the WAL and retries",
+				c.Status.Archive.LastFailedWAL, why)
+		}
 	default:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonAllInstancesReady, "Every instance is ready"
 	}
@@ -200,7 +207,7 @@ func stillCreating(c *tuskv1alpha1.PostgresCluster) bool {
 		return true
 	case tuskv1alpha1.ClusterPhaseFailed:
 		prog := meta.FindStatusCondition(c.Status.Conditions, ConditionProgressing)
-		return prog == nil || slices.Contains([]string{ReasonCreating, ReasonRecovering, ReasonWaitingForBackup, ReasonWaitingForSource}, prog.Reason)
+		return prog == nil || slices.Contains([]string{ReasonCreating, ReasonAdoptingVolumes, ReasonRecovering, ReasonWaitingForBackup, ReasonWaitingForSource}, prog.Reason)
 	}
 	return false
 }

@@ -32,6 +32,7 @@ const (
 	ReasonCASecretInvalid      = "CASecretInvalid"
 	ReasonClusterReady         = "ClusterReady"
 	ReasonCreating             = "Creating"
+	ReasonAdoptingVolumes      = "AdoptingVolumes"
 	ReasonPrimaryNotReady      = "PrimaryNotReady"
 	ReasonInstancesNotReady    = "InstancesNotReady"
 	ReasonScaling              = "Scaling"

@@ -24,6 +24,9 @@ const (
 	// AnnotationHash is the hash of what Tusk built an object from; an
 	// object whose hash matches needs no update.
 	AnnotationHash = "tusk.dev/hash"
+	// AnnotationKeptFor marks a Secret a deleted cluster kept with its
+	// volumes (reclaimPolicy Retain) for a cluster of the name it holds.
+	AnnotationKeptFor = "tusk.dev/kept-for"
 	// AnnotationConfigHash is the hash of the PostgreSQL configuration the
 	// instance last accepted.
 	AnnotationConfigHash = "tusk.dev/config-hash"

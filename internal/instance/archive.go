@@ -68,12 +68,17 @@ func (m *Manager) walArchiveConfigPath() string {
 // A standby itself archives nothing with archive_mode = on, and gets no
 // restore_command: it streams from the primary, and a restore_command
 // whose store is unreachable would stop its recovery (see docs/backup.md).
-func (m *Manager) configureArchiving(conf *pgconf.ServerConfig) error {
+func (m *Manager) configureArchiving(conf *pgconf.ServerConfig, dataDir string) error {
 	wa := m.opts.WALArchive
 	if wa == nil {
 		return nil
 	}
-	data, err := json.Marshal(wa.Config)
+	cfg := wa.Config
+	var err error
+	if cfg.SystemIdentifier, err = m.systemIdentifier(dataDir); err != nil {
+		return fmt.Errorf("while reading the system identifier the archive's location is claimed for: %w", err)
+	}
+	data, err := json.Marshal(cfg)
 	if err != nil {
 		return fmt.Errorf("while encoding the WAL archive configuration: %w", err)
 	}
@@ -91,6 +96,22 @@ func (m *Manager) configureArchiving(conf *pgconf.ServerConfig) error {
 	}
 	conf.ArchiveTimeout = strconv.FormatInt(int64(timeout/time.Second), 10) + "s"
 	return nil
+}
+
+// systemIdentifier is the database system identifier of the data
+// directory dir, from pg_control.
+func (m *Manager) systemIdentifier(dir string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cd, err := m.readControlData(ctx, dir)
+	if err != nil {
+		return "", err
+	}
+	id := cd.systemID
+	if id == "" {
+		return "", fmt.Errorf("pg_controldata -D %s printed no database system identifier", dir)
+	}
+	return id, nil
 }
 
 // shellQuote quotes s for the shell PostgreSQL runs archive_command with,

@@ -209,10 +209,20 @@ func (m *Manager) runBackup(name string) {
 // takeBackup runs pg_basebackup as the superuser over the socket (see
 // pgconf.PgHBA) through the reaper, into the cluster's location.
 func (m *Manager) takeBackup(ctx context.Context, name string) (*basebackup.Record, error) {
-	store, err := m.backupStore()
+	// The configuration archiving uses, which names this data directory's
+	// system: a backup claims the location as archiving does.
+	cfg, err := walarchive.LoadConfig(m.walArchiveConfigPath())
 	if err != nil {
 		return nil, err
 	}
+	a, err := walarchive.NewArchiver(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.Claim(ctx); err != nil {
+		return nil, err
+	}
+	store := a.Store
 	m.setBackupField(name, func(st *instanceapi.BackupStatus) { st.Location = backupLocation(store, name) })
 	return basebackup.Backup(ctx, basebackup.Options{
 		Name:   name,

@@ -116,6 +116,9 @@ func (m *Manager) withPrivateServer(ctx context.Context, dir string, fn func(ctx
 }
 
 func (m *Manager) createRolesAndDatabase(ctx context.Context, conn *pgx.Conn) error {
+	if err := quietRoleStatements(ctx, conn); err != nil {
+		return err
+	}
 	secrets := m.currentSecrets()
 	replication, err := m.createReplicationRole(secrets)
 	if err != nil {

@@ -61,11 +61,11 @@ func (m *Manager) clonePrimary(ctx context.Context, dir string) error {
 		"--username="+replicationUser, "--no-password", "--wal-method=stream", "--checkpoint=fast"); err != nil {
 		return err
 	}
-	out, err := m.toolOutput(ctx, "pg_controldata", "-D", dir)
+	cd, err := m.readControlData(ctx, dir)
 	if err != nil {
 		return err
 	}
-	sourceTimeline := parseControlData(out).timeline
+	sourceTimeline := cd.timeline
 	st := m.snapshot()
 	st.role = instanceapi.RolePrimary
 	if err := m.writeConfigIn(dir, st); err != nil {

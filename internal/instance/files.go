@@ -166,7 +166,7 @@ func (m *Manager) writeConfigIn(dir string, st state) error {
 	if st.role == instanceapi.RoleReplica {
 		conf.PrimaryConnInfo = pgconf.PrimaryConnInfo(m.replicationConnInfo(st.upstream))
 	}
-	if err := m.configureArchiving(&conf); err != nil {
+	if err := m.configureArchiving(&conf, dir); err != nil {
 		return err
 	}
 	var replicationAuth pgconf.ReplicationAuth

@@ -224,6 +224,9 @@ type state struct {
 	// terminating: the manager was asked to stop (SIGTERM); it only waits
 	// for a handover, stops postgres and drains from then on.
 	terminating bool
+	// dataDir is what pg_control said of an existing data directory at
+	// start (recordDataDirState); nil for one the manager created.
+	dataDir *instanceapi.DataDirState
 }
 
 // operation is work that must not overlap with supervision: role changes,
@@ -354,6 +357,11 @@ func (m *Manager) prepare(ctx context.Context) error {
 // with the role asked for.
 func (m *Manager) prepareDataDir(ctx context.Context) error {
 	m.setPhase(instanceapi.PhaseBootstrapping)
+	if !isDataDir(m.opts.DataDir) {
+		m.mu.Lock()
+		m.state.dataDir = &instanceapi.DataDirState{Empty: true}
+		m.mu.Unlock()
+	}
 	fresh, err := m.bootstrapWithRetries(ctx)
 	if err != nil {
 		return err
@@ -361,7 +369,27 @@ func (m *Manager) prepareDataDir(ctx context.Context) error {
 	if fresh {
 		return nil
 	}
+	m.recordDataDirState(ctx)
 	return m.alignExistingDataDir(ctx)
+}
+
+// recordDataDirState keeps what pg_control says of the existing data
+// directory before anything (a rewind, a promotion) changes it, for
+// /status. A failure is logged only: the state informs a choice the
+// operator then waits with, it is not needed to run.
+func (m *Manager) recordDataDirState(ctx context.Context) {
+	cd, err := m.readControlData(ctx, m.opts.DataDir)
+	if err != nil {
+		m.log.Error(err, "Reading pg_control of the existing data directory")
+		return
+	}
+	st := &instanceapi.DataDirState{SystemIdentifier: cd.systemID, State: cd.state, Standby: isStandbyDataDir(m.opts.DataDir),
+		Timeline: cd.timeline, CheckpointLSN: cd.checkpoint, MinRecoveryLSN: cd.minRecovery}
+	m.log.Info("The existing data directory", "state", st.State, "standby", st.Standby, "timeline", st.Timeline,
+		"checkpoint", st.CheckpointLSN, "minRecovery", st.MinRecoveryLSN)
+	m.mu.Lock()
+	m.state.dataDir = st
+	m.mu.Unlock()
 }
 
 // supervise keeps postgres running, restarting it after unexpected exits,

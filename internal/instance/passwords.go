@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -80,6 +81,9 @@ func (m *Manager) alterPasswords(ctx context.Context, changes []passwordChange) 
 		return fmt.Errorf("while connecting to change passwords: %w", err)
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
+	if err := quietRoleStatements(ctx, conn); err != nil {
+		return err
+	}
 	for _, c := range changes {
 		m.log.Info("Rotating the "+c.role+" password", "role", c.role)
 		verifier, err := scramVerifier(c.password)
@@ -134,4 +138,26 @@ func isAuthFailure(err error) bool {
 // search_path (public, "$user") must never run in its place.
 func pinSearchPath(cfg *pgx.ConnConfig) {
 	cfg.RuntimeParams["search_path"] = "pg_catalog"
+}
+
+// quietRoleStatements keeps the statements of conn's session out of the
+// server's log, whatever the user set log_statement to, also when one
+// fails: a statement that sets a password holds its SCRAM verifier, which
+// is not the password but lets whoever reads the log try passwords offline
+// and pose as the server.
+func quietRoleStatements(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := conn.Exec(ctx, "SET log_statement = 'none'; SET log_min_error_statement = 'panic'"); err != nil {
+		return fmt.Errorf("while keeping the password statements out of the log: %w", err)
+	}
+	return nil
+}
+
+// scramVerifierPattern matches a SCRAM verifier (RFC 5803 form).
+var scramVerifierPattern = regexp.MustCompile(`SCRAM-SHA-256\$[^'"\s]*`)
+
+// redactVerifiers replaces the SCRAM verifiers in a tool's output (a
+// single-user backend's echo of a failed statement) before it reaches a
+// log or status.
+func redactVerifiers(s string) string {
+	return scramVerifierPattern.ReplaceAllString(s, "SCRAM-SHA-256$<redacted>")
 }

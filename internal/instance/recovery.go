@@ -284,11 +284,10 @@ func postmasterStatus(pidFile string) string {
 // checkPromoted reads pg_control of the stopped server: it must have shut
 // down cleanly, as a primary, on a timeline after the backup's.
 func (m *Manager) checkPromoted(ctx context.Context, dir string, backupTimeline uint32) error {
-	out, err := m.toolOutput(ctx, "pg_controldata", "-D", dir)
+	cd, err := m.readControlData(ctx, dir)
 	if err != nil {
 		return err
 	}
-	cd := parseControlData(out)
 	if cd.state != "shut down" {
 		return fmt.Errorf("the recovered server did not come out as a cleanly stopped primary: pg_control says %q", cd.state)
 	}
@@ -303,6 +302,9 @@ func (m *Manager) checkPromoted(ctx context.Context, dir string, backupTimeline 
 type controlData struct {
 	state    string
 	timeline uint32
+	systemID string
+	// checkpoint and minRecovery are LSNs as pg_controldata prints them.
+	checkpoint, minRecovery string
 }
 
 func parseControlData(out string) controlData {
@@ -317,6 +319,12 @@ func parseControlData(out string) controlData {
 		switch strings.TrimSpace(key) {
 		case "Database cluster state":
 			cd.state = value
+		case "Database system identifier":
+			cd.systemID = value
+		case "Latest checkpoint location":
+			cd.checkpoint = value
+		case "Minimum recovery ending location":
+			cd.minRecovery = value
 		case "Latest checkpoint's TimeLineID":
 			if tli, err := strconv.ParseUint(value, 10, 32); err == nil {
 				cd.timeline = uint32(tli)
@@ -326,20 +334,20 @@ func parseControlData(out string) controlData {
 	return cd
 }
 
-// toolOutput runs one of PostgreSQL's programs and returns its output,
-// without logging it.
-func (m *Manager) toolOutput(ctx context.Context, name string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(m.opts.BinDir, name), args...) //nolint:gosec // PostgreSQL's own programs
+// readControlData runs pg_controldata on the data directory dir (in the C
+// locale, whose labels parseControlData reads) and parses its output.
+func (m *Manager) readControlData(ctx context.Context, dir string) (controlData, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(m.opts.BinDir, "pg_controldata"), "-D", dir) //nolint:gosec // PostgreSQL's own program
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := m.reaper.Start(cmd); err != nil {
-		return "", fmt.Errorf("while starting %s: %w", name, err)
+		return controlData{}, fmt.Errorf("while starting pg_controldata: %w", err)
 	}
 	if err := m.reaper.Wait(cmd); err != nil {
-		return "", fmt.Errorf("%s failed (%w): %s", name, err, lastLines(out.String(), 3))
+		return controlData{}, fmt.Errorf("pg_controldata failed (%w): %s", err, lastLines(out.String(), 3))
 	}
-	return out.String(), nil
+	return parseControlData(out.String()), nil
 }
 
 // resetSuperuserPassword gives postgres this cluster's superuser password.
@@ -353,7 +361,7 @@ func (m *Manager) resetSuperuserPassword(ctx context.Context, dir string) error 
 		return err
 	}
 	cmd := exec.CommandContext(ctx, filepath.Join(m.opts.BinDir, "postgres"), "--single", "-D", dir, //nolint:gosec // PostgreSQL's own server
-		"-c", "archive_mode=off", "postgres")
+		"-c", "archive_mode=off", "-c", "log_statement=none", "-c", "log_min_error_statement=panic", "postgres")
 	cmd.Stdin = strings.NewReader(fmt.Sprintf("ALTER ROLE %s WITH LOGIN SUPERUSER PASSWORD %s\n", ident(superuser), literal(verifier)))
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -363,7 +371,7 @@ func (m *Manager) resetSuperuserPassword(ctx context.Context, dir string) error 
 	err = m.reaper.Wait(cmd)
 	// A failed statement does not change the exit code in single-user mode.
 	if err != nil || strings.Contains(out.String(), "ERROR:") || strings.Contains(out.String(), "FATAL:") {
-		return fmt.Errorf("while setting the superuser's password in single-user mode (%w): %s", err, lastLines(out.String(), 3))
+		return fmt.Errorf("while setting the superuser's password in single-user mode (%w): %s", err, redactVerifiers(lastLines(out.String(), 3)))
 	}
 	return nil
 }
@@ -374,6 +382,9 @@ func (m *Manager) resetSuperuserPassword(ctx context.Context, dir string) error 
 // monitoring role, and the application owner and database (created when
 // the backup has none of that name).
 func (m *Manager) reconcileRecoveredRoles(ctx context.Context, conn *pgx.Conn) error {
+	if err := quietRoleStatements(ctx, conn); err != nil {
+		return err
+	}
 	secrets := m.currentSecrets()
 	replication := fmt.Sprintf("ALTER ROLE %s WITH LOGIN REPLICATION PASSWORD NULL", ident(replicationUser))
 	if m.replicationCerts == nil {

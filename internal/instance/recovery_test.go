@@ -69,14 +69,17 @@ func TestPostmasterStatus(t *testing.T) {
 
 func TestParseControlData(t *testing.T) {
 	out := `pg_control version number:            1300
+Database system identifier:           7441234567890123456
 Database cluster state:               shut down
 Latest checkpoint location:           0/5000028
 Latest checkpoint's REDO location:    0/5000028
 Latest checkpoint's TimeLineID:       2
 Latest checkpoint's PrevTimeLineID:   2
+Minimum recovery ending location:     0/0
 `
-	if got := parseControlData(out); got != (controlData{state: "shut down", timeline: 2}) {
-		t.Errorf("parseControlData = %+v, want shut down on timeline 2", got)
+	want := controlData{state: "shut down", timeline: 2, systemID: "7441234567890123456", checkpoint: "0/5000028", minRecovery: "0/0"}
+	if got := parseControlData(out); got != want {
+		t.Errorf("parseControlData = %+v, want %+v", got, want)
 	}
 	inRecovery := strings.Replace(out, "shut down", "in archive recovery", 1)
 	if got := parseControlData(inRecovery); got.state != "in archive recovery" {

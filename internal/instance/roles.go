@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -358,25 +359,98 @@ func couldNotConnect(err error) bool {
 }
 
 // recloneFrom replaces the data directory with a copy of up. The old one is
-// kept beside it (replacing an older one) rather than deleted: it is the
-// only copy of whatever the former primary wrote last.
+// kept beside it, named by when it was set aside, rather than deleted: it is
+// the only copy of whatever the former primary wrote last. One is kept: an
+// older one goes first, to make room. The copy needs about as much space as
+// the data directory has; without it, the reclone is refused, with the
+// figures, rather than deleting the old data to make room.
 func (m *Manager) recloneFrom(ctx context.Context, up instanceapi.Upstream) error {
 	building := m.opts.DataDir + bootstrapSuffix
 	if err := os.RemoveAll(building); err != nil {
 		return err
 	}
+	if err := removeDiscarded(m.opts.DataDir); err != nil {
+		return err
+	}
+	if err := checkRoomForCopy(m.opts.DataDir); err != nil {
+		return err
+	}
 	if err := m.cloneFrom(ctx, up, building); err != nil {
 		return err
 	}
-	discarded := m.opts.DataDir + ".discarded"
-	if err := os.RemoveAll(discarded); err != nil {
-		return err
-	}
+	discarded := discardedPath(m.opts.DataDir, time.Now())
 	if err := os.Rename(m.opts.DataDir, discarded); err != nil {
 		return fmt.Errorf("while setting the old data directory aside: %w", err)
 	}
 	m.log.Info("Kept the former data directory", "path", discarded)
 	return moveIntoPlace(building, m.opts.DataDir)
+}
+
+// discardedSuffix starts the name of a data directory set aside by a
+// reclone: <pgdata>.discarded-<UTC time>.
+const discardedSuffix = ".discarded-"
+
+func discardedPath(dataDir string, at time.Time) string {
+	return dataDir + discardedSuffix + at.UTC().Format("20060102T150405Z")
+}
+
+// removeDiscarded removes the data directories earlier reclones set aside
+// (and one of the name older versions used).
+func removeDiscarded(dataDir string) error {
+	old, err := filepath.Glob(dataDir + discardedSuffix + "*")
+	if err != nil {
+		return err
+	}
+	for _, dir := range append(old, dataDir+".discarded") {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("while removing %s, set aside by an earlier reclone: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// checkRoomForCopy refuses a reclone whose copy would not fit beside the
+// data directory it replaces, which is kept (see recloneFrom).
+func checkRoomForCopy(dataDir string) error {
+	size, err := dirSize(dataDir)
+	if err != nil {
+		return err
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(filepath.Dir(dataDir), &st); err != nil {
+		return fmt.Errorf("while reading the free space of the data volume: %w", err)
+	}
+	return roomForCopy(size, st.Bavail*uint64(st.Bsize)) //nolint:gosec // a block size is positive
+}
+
+// roomForCopy: a copy of a data directory of size bytes needs that much
+// again, and a tenth more for the WAL written meanwhile.
+func roomForCopy(size int64, free uint64) error {
+	need := uint64(size) + uint64(size)/10 //nolint:gosec // a size is not negative
+	if free < need {
+		return fmt.Errorf("not enough space on the data volume to copy the primary beside the data directory it replaces, "+
+			"which is kept (the only copy of what this instance wrote last): %d MiB free, about %d MiB needed; "+
+			"grow spec.storage.size, or move the old data directory away", free>>20, need>>20)
+	}
+	return nil
+}
+
+// dirSize is the size of the regular files under dir.
+func dirSize(dir string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
+			total += info.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("while measuring the data directory: %w", err)
+	}
+	return total, nil
 }
 
 // Follow points a replica at another upstream. primary_conninfo is reloaded

@@ -30,3 +30,18 @@ func TestScramVerifierSaltsEachTime(t *testing.T) {
 		t.Fatalf("verifiers %q and %q: want distinct salts and the PostgreSQL format", a, b)
 	}
 }
+
+// TestRedactVerifiers: a verifier in a tool's output is replaced, quoted or
+// not; the rest of the output stays.
+func TestRedactVerifiers(t *testing.T) {
+	v, err := scramVerifier("secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := "ERROR:  role \"x\" does not exist\nSTATEMENT:  ALTER ROLE x PASSWORD '" + v + "'\nbare " + v + " end"
+	got := redactVerifiers(in)
+	if strings.Contains(got, v) || strings.Count(got, "SCRAM-SHA-256$<redacted>") != 2 ||
+		!strings.Contains(got, `role "x" does not exist`) || !strings.HasSuffix(got, " end") {
+		t.Errorf("redactVerifiers(%q) = %q", in, got)
+	}
+}

@@ -35,6 +35,7 @@ func (m *Manager) managerStatus() instanceapi.Status {
 		LastError:    st.lastError,
 		DataDirBytes: m.dataDirSize(),
 		Recovery:     st.recovery,
+		DataDir:      st.dataDir,
 	}
 	if st.role == instanceapi.RoleReplica {
 		status.Diverged = m.postmasterDiverged()
@@ -67,6 +68,8 @@ func (m *Manager) addPostgresStatus(ctx context.Context, status *instanceapi.Sta
 	if m.opts.WALArchive != nil && status.Role == instanceapi.RolePrimary {
 		if status.Archive, err = queryArchiveStatus(ctx, conn); err != nil {
 			status.LastError = err.Error()
+		} else if status.Archive.Failing {
+			status.Archive.Reason = m.walWatcher.lastFailure()
 		}
 	}
 }

@@ -27,7 +27,7 @@ func (m *Manager) newWALWatcher() *walWatcher {
 	w := &walWatcher{}
 	w.Watcher = &walarchive.Watcher{
 		WALDir:      filepath.Join(m.opts.DataDir, "pg_wal"),
-		NewArchiver: walarchive.ArchiverSource(wa.Config),
+		NewArchiver: walarchive.ArchiverSource(m.walArchiveConfigPath()),
 		Report:      func(results []walarchive.AheadResult) { m.reportArchivedAhead(w, results) },
 		ReportCatchUp: func(timeline uint32, res walarchive.CatchUpResult, err error) {
 			m.reportCatchUp(w, timeline, res, err)
@@ -73,6 +73,18 @@ func (m *Manager) reportArchivedAhead(w *walWatcher, results []walarchive.AheadR
 			m.log.Error(r.Err, "Archiving a WAL segment ahead failed; PostgreSQL's archive_command tries itself", "segment", r.Name)
 		}
 	}
+}
+
+// lastFailure is the kind of the last failure archiving ahead, "" when
+// the last attempt worked (or there is no watcher).
+func (w *walWatcher) lastFailure() string {
+	if w == nil {
+		return ""
+	}
+	if kind := w.lastErr.Load(); kind != nil {
+		return *kind
+	}
+	return ""
 }
 
 // catchUpArchive has the Watcher archive what this new primary holds of

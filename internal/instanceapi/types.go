@@ -182,6 +182,34 @@ type Status struct {
 	Terminating bool `json:"terminating,omitempty"`
 	// LastError is the last thing that went wrong, for humans.
 	LastError string `json:"lastError,omitempty"`
+	// DataDir is what the manager found when it started: no data
+	// directory (Empty), or what pg_control said of one before anything
+	// changed it. The operator compares them to choose the primary among
+	// volumes kept from a deleted cluster. Nil until the manager looked.
+	DataDir *DataDirState `json:"dataDir,omitempty"`
+}
+
+// DataDirState is what pg_control says of a data directory.
+type DataDirState struct {
+	// Empty says there was no data directory: the manager creates one
+	// (the other fields are empty).
+	Empty bool `json:"empty,omitempty"`
+	// SystemIdentifier is the database system identifier.
+	SystemIdentifier string `json:"systemIdentifier,omitempty"`
+	// State is pg_control's cluster state: "shut down" or "in production"
+	// for a primary's, "shut down in recovery" or "in archive recovery"
+	// for a standby's.
+	State string `json:"state,omitempty"`
+	// Standby says standby.signal is there: the data directory is a
+	// standby's.
+	Standby bool `json:"standby,omitempty"`
+	// Timeline is the latest checkpoint's timeline.
+	Timeline uint32 `json:"timeline,omitempty"`
+	// CheckpointLSN is the latest checkpoint's location; MinRecoveryLSN a
+	// standby's minimum recovery ending location (how far it replayed, at
+	// least; 0/0 on a primary's).
+	CheckpointLSN  string `json:"checkpointLSN,omitempty"`
+	MinRecoveryLSN string `json:"minRecoveryLSN,omitempty"`
 }
 
 // RecoveryStatus is how far a recovery bootstrap is.
@@ -212,6 +240,10 @@ type ArchiveStatus struct {
 	// Failing says the last attempt failed: the last failure is newer
 	// than the last success (see ArchiveFailing).
 	Failing bool `json:"failing"`
+	// Reason is why the manager's last attempt failed, while Failing: the
+	// kind of object store failure, or the error (a location that holds
+	// another database's archive).
+	Reason string `json:"reason,omitempty"`
 }
 
 // ArchiveFailing says whether archiving is failing now: a failure newer than

@@ -24,6 +24,8 @@ type Archiver struct {
 	// MaxInMemory is the largest file Archive reads into memory whole
 	// (DefaultMaxInMemory when zero); larger ones are streamed.
 	MaxInMemory int64
+	// claim is the claim on the location (see Claim); nil claims nothing.
+	claim *claim
 }
 
 // Result says what Archive did.
@@ -57,6 +59,9 @@ func (a Archiver) Archive(ctx context.Context, walPath string) (Result, error) {
 	key, err := Key(name)
 	if err != nil {
 		return Result{}, err
+	}
+	if err := a.Claim(ctx); err != nil {
+		return Result{Key: key}, err
 	}
 	f, err := os.Open(walPath) //nolint:gosec // the file PostgreSQL asks us to archive
 	if err != nil {

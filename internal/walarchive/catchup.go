@@ -125,6 +125,9 @@ func (a Archiver) archiveIfMissing(ctx context.Context, path string) (bool, erro
 	if err != nil {
 		return false, err
 	}
+	if err := a.Claim(ctx); err != nil {
+		return false, err
+	}
 	if _, err := a.Store.Stat(ctx, key); err == nil {
 		return false, nil
 	} else if !objectstore.IsNotFound(err) {

@@ -28,6 +28,10 @@ const ConfigEnv = "TUSK_WAL_ARCHIVE_CONFIG"
 type Config struct {
 	Cluster     string             `json:"cluster"`
 	ObjectStore objectstore.Config `json:"objectStore"`
+	// SystemIdentifier is the database system identifier of the data
+	// directory that archives: the location is claimed for it (see
+	// Archiver.Claim). The instance manager writes it; empty claims nothing.
+	SystemIdentifier string `json:"systemIdentifier,omitempty"`
 }
 
 // LoadConfig reads the configuration from path, or from the file
@@ -68,7 +72,11 @@ func NewArchiver(cfg Config) (Archiver, error) {
 	if err != nil {
 		return Archiver{}, err
 	}
-	return Archiver{Store: store}, nil
+	a := Archiver{Store: store}
+	if cfg.SystemIdentifier != "" {
+		a.claim = &claim{systemID: cfg.SystemIdentifier, cluster: "cluster " + cfg.Cluster}
+	}
+	return a, nil
 }
 
 // validateClusterName checks that the cluster's name can be its default
@@ -80,18 +88,24 @@ func validateClusterName(name string) error {
 	return nil
 }
 
-// ArchiverSource returns a Watcher's NewArchiver for cfg: it makes the
-// Archiver once, and again only when a file cfg names (credentials, CA)
-// has changed since, so that a changed Secret counts at the next batch as
-// it does for every run of the archive command. Making one per batch
+// ArchiverSource returns a Watcher's NewArchiver for the configuration
+// file at configPath (the archive command's): it makes the Archiver once,
+// and again only when that file or one it names (credentials, CA) has
+// changed since, so that a changed Secret, or a data directory of another
+// system, counts at the next batch as it does for every run of the archive
+// command. Making one per batch
 // instead gave every batch a new HTTP transport whose idle connections
 // lingered for 90 s: hundreds of sockets and ~140 MiB under a bulk load.
 // It is not safe for concurrent use; a Watcher calls it from Run only.
-func ArchiverSource(cfg Config) func() (Archiver, error) {
+func ArchiverSource(configPath string) func() (Archiver, error) {
 	var current Archiver
 	var made [sha256.Size]byte
 	return func() (Archiver, error) {
-		stamp := filesStamp(cfg.ObjectStore.AccessKeyIDFile, cfg.ObjectStore.SecretAccessKeyFile, cfg.ObjectStore.CAFile)
+		cfg, err := LoadConfig(configPath)
+		if err != nil {
+			return Archiver{}, err
+		}
+		stamp := filesStamp(configPath, cfg.ObjectStore.AccessKeyIDFile, cfg.ObjectStore.SecretAccessKeyFile, cfg.ObjectStore.CAFile)
 		if current.Store != nil && stamp == made {
 			return current, nil
 		}

@@ -107,12 +107,8 @@ func archiveCommandFor(b *testing.B, data, cfg string, parallel int) string {
 
 // watchWAL runs a Watcher on data's pg_wal until the benchmark ends.
 func watchWAL(b *testing.B, data, cfgPath string) {
-	cfg, err := walarchive.LoadConfig(cfgPath)
-	if err != nil {
-		b.Fatal(err)
-	}
 	w := &walarchive.Watcher{WALDir: filepath.Join(data, "pg_wal"),
-		NewArchiver: walarchive.ArchiverSource(cfg)}
+		NewArchiver: walarchive.ArchiverSource(cfgPath)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(ctx) }()

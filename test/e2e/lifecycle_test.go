@@ -717,8 +717,9 @@ func checkServingBesides(t *testing.T, ns, cluster, halted, rows string) {
 }
 
 // TestDeleteCluster: deleting a cluster removes its pods, Services and
-// Secrets; its volumes stay by default (reclaimPolicy Retain) and go with
-// reclaimPolicy Delete.
+// Secrets; its volumes stay by default (reclaimPolicy Retain), and with
+// them the superuser and owner Secrets, released from the cluster and
+// marked as kept for its name; all go with reclaimPolicy Delete.
 func TestDeleteCluster(t *testing.T) {
 	ns := newNamespace(t)
 
@@ -730,6 +731,15 @@ func TestDeleteCluster(t *testing.T) {
 		}
 		if c.DeletionTimestamp != nil || len(c.OwnerReferences) > 0 {
 			t.Fatalf("PVC %s is being deleted or still owned (%+v): the garbage collector would remove it", claim, c.OwnerReferences)
+		}
+	}
+	for _, name := range []string{"kept-superuser", "kept-app"} {
+		s, err := clientset.CoreV1().Secrets(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("Secret %s of the deleted cluster (kept with the volumes): %v", name, err)
+		}
+		if len(s.OwnerReferences) > 0 || s.Annotations["tusk.dev/kept-for"] != "kept" {
+			t.Fatalf("Secret %s: owners %v, annotations %v; want it released and marked kept for kept", name, s.OwnerReferences, s.Annotations)
 		}
 	}
 
@@ -748,13 +758,14 @@ func createAndDeleteCluster(t *testing.T, ns, name, reclaimPolicy string) []stri
 	waitHealthy(t, ns, name, 2, time.Minute)
 	claims := podNames(mustClusterPods(t, ns, name))
 	deleteCluster(t, ns, name)
-	waitClusterObjectsGone(t, ns, name)
+	waitClusterObjectsGone(t, ns, name, reclaimPolicy != "Delete")
 	return claims
 }
 
 // waitClusterObjectsGone waits until the cluster's pods, Services and
-// Secrets are deleted.
-func waitClusterObjectsGone(t *testing.T, ns, cluster string) {
+// Secrets are deleted; with keptSecrets, the superuser and owner Secrets
+// are kept with the volumes, and not waited for.
+func waitClusterObjectsGone(t *testing.T, ns, cluster string, keptSecrets bool) {
 	t.Helper()
 	eventuallyEvery(t, 3*time.Minute, time.Second, "the objects of "+cluster+" deleted", func(ctx context.Context) (bool, error) {
 		pods, err := clusterPods(ctx, ns, cluster)
@@ -767,7 +778,10 @@ func waitClusterObjectsGone(t *testing.T, ns, cluster string) {
 				return false, err
 			}
 		}
-		for _, suffix := range []string{"-superuser", "-app"} {
+		for _, suffix := range []string{"-superuser", "-app", "-ca", "-server"} {
+			if keptSecrets && (suffix == "-superuser" || suffix == "-app") {
+				continue
+			}
 			_, err := clientset.CoreV1().Secrets(ns).Get(ctx, cluster+suffix, metav1.GetOptions{})
 			if err := notFound("Secret "+cluster+suffix, err); err != nil {
 				return false, err

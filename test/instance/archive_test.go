@@ -4,6 +4,7 @@ package instance
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 
 	"tusk.dev/tusk/internal/instanceapi"
 	"tusk.dev/tusk/internal/testenv"
+	"tusk.dev/tusk/internal/walarchive"
 )
 
 // TestWALArchiving runs a primary configured to archive to a real S3 server
@@ -229,4 +231,75 @@ func grepLines(text, substr string) string {
 		}
 	}
 	return b.String()
+}
+
+// TestAnotherDatabaseCannotArchiveToTheLocation: two clusters given the
+// same location (a path set twice, or a cluster created anew over an old
+// location). The first claims it with its system identifier; the second,
+// another initdb, archives nothing there: its archiving fails, postgres
+// keeps its WAL and goes on serving, and its log says which database owns
+// the location and which field to change.
+func TestAnotherDatabaseCannotArchiveToTheLocation(t *testing.T) {
+	s3 := testenv.StartS3(t, testenv.S3Options{})
+	secrets := workDir(t)
+	archiveArgs := []string{
+		"--wal-archive-endpoint", s3.Endpoint, "--wal-archive-bucket", s3.Bucket,
+		"--wal-archive-path", "prod/orders", "--wal-archive-region", "us-east-1",
+		"--wal-archive-access-key-id-file", writeSecret(t, secrets, "ACCESS_KEY_ID", s3.AccessKey),
+		"--wal-archive-secret-access-key-file", writeSecret(t, secrets, "SECRET_ACCESS_KEY", s3.SecretKey),
+		"--wal-archive-binary", tuskBinary,
+	}
+	owner := startNode(t, "pg-1", nodeOptions{role: instanceapi.RolePrimary, extraArgs: archiveArgs})
+	st := owner.waitReady(instanceapi.RolePrimary)
+	owner.exec("CREATE TABLE t (id int PRIMARY KEY)")
+	first := switchWAL(t, owner, 1)
+	owner.waitFor(first+" archived", archivedThrough(first))
+	marker := locationMarker(t, s3)
+	if marker.SystemIdentifier != st.SystemIdentifier {
+		t.Fatalf("the location's marker names system %q, the archiving primary is %q", marker.SystemIdentifier, st.SystemIdentifier)
+	}
+
+	intruder := startNode(t, "pg-9", nodeOptions{role: instanceapi.RolePrimary, extraArgs: archiveArgs})
+	other := intruder.waitReady(instanceapi.RolePrimary)
+	if other.SystemIdentifier == st.SystemIdentifier {
+		t.Fatal("two initdb gave one system identifier: the test proves nothing")
+	}
+	intruder.exec("CREATE TABLE t (id int PRIMARY KEY)")
+	segment := switchWAL(t, intruder, 1)
+	st = intruder.waitFor(segment+" failing", func(st instanceapi.Status) error {
+		if st.Archive == nil || !st.Archive.Failing || st.Archive.ArchivedCount != 0 || st.Archive.Reason == "" {
+			return fmt.Errorf("archive status %+v: want failing with a reason, nothing archived", st.Archive)
+		}
+		return nil
+	})
+	if !st.Ready || st.Phase != instanceapi.PhaseRunning {
+		t.Errorf("the refused primary: ready %v, phase %s; want it serving", st.Ready, st.Phase)
+	}
+	if !strings.Contains(st.Archive.Reason, "holds the WAL and backups of database system "+marker.SystemIdentifier) {
+		t.Errorf("archive status reason %q: want it to say whose the location is", st.Archive.Reason)
+	}
+	if m := locationMarker(t, s3); m != marker {
+		t.Errorf("the marker changed to %+v, was %+v", m, marker)
+	}
+	logs := intruder.logs()
+	if !strings.Contains(logs, "holds the WAL and backups of database system "+marker.SystemIdentifier) || !strings.Contains(logs, "spec.backup.objectStore.path") {
+		t.Errorf("the refused primary's log does not say whose the location is and what to change:\n%s", grepLines(logs, "location"))
+	}
+	// The owner goes on archiving.
+	next := switchWAL(t, owner, 2)
+	owner.waitFor(next+" archived", archivedThrough(next))
+}
+
+func locationMarker(t *testing.T, s3 *testenv.S3) walarchive.Marker {
+	t.Helper()
+	obj, err := s3.Client().GetObject(context.Background(), s3.Bucket, "prod/orders/"+walarchive.MarkerKey, minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = obj.Close() }()
+	var m walarchive.Marker
+	if err := json.NewDecoder(obj).Decode(&m); err != nil {
+		t.Fatalf("reading the location marker: %v", err)
+	}
+	return m
 }

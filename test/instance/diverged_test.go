@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -80,8 +79,8 @@ func TestReplicaPastTheForkIsCopiedAfresh(t *testing.T) {
 	if logs := ahead.logs(); !strings.Contains(logs, "is not a child of this server's history") {
 		t.Errorf("the manager of %s never logged PostgreSQL refusing its history; logs:\n%s", ahead.name, logs)
 	}
-	if _, err := os.Stat(filepath.Join(ahead.dir, "pgdata.discarded", "PG_VERSION")); err != nil {
-		t.Errorf("the refused data directory was not kept aside: %v", err)
+	if kept, _ := filepath.Glob(filepath.Join(ahead.dir, "pgdata.discarded-*", "PG_VERSION")); len(kept) != 1 {
+		t.Errorf("the refused data directory was not kept aside, named by time: %v", kept)
 	}
 }
 

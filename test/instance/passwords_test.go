@@ -20,9 +20,11 @@ import (
 // TestPasswordRotation changes the mounted password files, as the kubelet
 // does when the user changes a Secret: the primary applies them to the
 // roles, the replica picks up the replication password for its next
-// connection, and no password shows in a log.
+// connection, and no password, nor a SCRAM verifier, shows in a log, even
+// with every statement logged (log_statement = all).
 func TestPasswordRotation(t *testing.T) {
-	primary := startNode(t, "pw-1", nodeOptions{role: instanceapi.RolePrimary})
+	logEverything := &instanceapi.Config{Parameters: map[string]string{"log_statement": "all"}}
+	primary := startNode(t, "pw-1", nodeOptions{role: instanceapi.RolePrimary, config: logEverything})
 	primary.waitReady(instanceapi.RolePrimary)
 	replica := startNode(t, "pw-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port})
 	replica.waitReady(instanceapi.RoleReplica)
@@ -98,6 +100,9 @@ func TestPasswordRotation(t *testing.T) {
 			if strings.Contains(n.logs(), secret) {
 				t.Errorf("%s logged a password", n.name)
 			}
+		}
+		if strings.Contains(n.logs(), "SCRAM-SHA-256$") {
+			t.Errorf("%s logged a SCRAM verifier:\n%s", n.name, grepLines(n.logs(), "SCRAM-SHA-256$"))
 		}
 	}
 }
