@@ -672,8 +672,32 @@ func TestUserCASignsTheServerCertificate(t *testing.T) {
 	if cm := get(t, ns, "pg-ca", &corev1.ConfigMap{}); cm.Data[keyCACert] != string(ca.CertPEM) {
 		t.Error("ConfigMap pg-ca does not publish the user's CA")
 	}
-	if err := pki.SignedBy(own.Data[keyOperatorCert], ca.CertPEM); err != nil {
-		t.Errorf("operator certificate: %v", err)
+	// Client certificates come from the cluster's own CA, which is all
+	// the instances trust them from: a certificate of another cluster
+	// sharing the user's CA is refused.
+	clientCA := own.Data[keyClientCACert]
+	if len(clientCA) == 0 || len(own.Data[keyClientCAKey]) == 0 || string(clientCA) == string(ca.CertPEM) {
+		t.Fatal("pg-ca holds no client CA of the cluster's own")
+	}
+	replication := get(t, ns, "pg-replication", &corev1.Secret{})
+	server := get(t, ns, "pg-server", &corev1.Secret{})
+	for what, err := range map[string]error{
+		"operator certificate by the client CA":    pki.SignedBy(own.Data[keyOperatorCert], clientCA),
+		"replication certificate by the client CA": pki.SignedBy(replication.Data[keyTLSCert], clientCA),
+		"server certificate by the user's CA":      pki.SignedBy(server.Data[keyTLSCert], ca.CertPEM),
+	} {
+		if err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	if pki.SignedBy(replication.Data[keyTLSCert], ca.CertPEM) == nil || pki.SignedBy(own.Data[keyOperatorCert], ca.CertPEM) == nil {
+		t.Error("a client certificate is signed by the user's CA, which other clusters may share")
+	}
+	if string(server.Data[keyCACert]) != string(clientCA) {
+		t.Error("the server trusts client certificates from another CA than the cluster's own")
+	}
+	if string(replication.Data[keyCACert]) != string(ca.CertPEM) {
+		t.Error("replicas do not verify their upstream with the user's CA")
 	}
 }
 

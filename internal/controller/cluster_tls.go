@@ -21,6 +21,11 @@ const (
 	keyTLSKey       = corev1.TLSPrivateKeyKey
 	keyOperatorCert = "operator.crt"
 	keyOperatorKey  = "operator.key"
+	// keyClientCACert and keyClientCAKey hold, in <cluster>-ca, the
+	// cluster's own client CA when the server certificate comes from a
+	// user's CA (see reconcileTLS).
+	keyClientCACert = "client-ca.crt"
+	keyClientCAKey  = "client-ca.key"
 )
 
 // Certificate lifetimes: leaf certificates are renewed a month before they
@@ -39,14 +44,25 @@ const (
 	replicationUser = "tusk_replication"
 )
 
-// clusterTLS is the cluster's CA and the operator's client certificate.
+// clusterTLS is the cluster's CAs and the operator's client certificate.
 type clusterTLS struct {
+	// ca issues the server certificate: clients verify the server with it.
+	// The client certificates come from the cluster's own CA (clientCA).
 	ca       pki.KeyPair
 	caSecret *corev1.Secret // the operator-only Secret <cluster>-ca
 }
 
-// reconcileTLS makes the cluster's CA, server certificate, replication
+// reconcileTLS makes the cluster's CAs, server certificate, replication
 // client certificate and operator client certificate exist and stay valid.
+//
+// Client certificates prove an identity only within their CA, and their
+// names (tusk_replication, tusk-operator) are the same in every cluster. A
+// user's CA (spec.tls.caSecret) may be shared by clusters of many
+// namespaces, so it only issues the server certificate, which clients
+// verify by its DNS names; the client certificates come from a CA of the
+// cluster's own, and the instances trust client certificates from that CA
+// alone. A replication or operator certificate of one cluster is then
+// refused by every other, whatever CA their servers share.
 func (r *ClusterReconciler) reconcileTLS(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (*clusterTLS, error) {
 	ca, err := r.clusterCA(ctx, c)
 	if err != nil {
@@ -57,27 +73,30 @@ func (r *ClusterReconciler) reconcileTLS(ctx context.Context, c *tuskv1alpha1.Po
 	if err != nil {
 		return nil, err
 	}
-	operator, err := keepOrIssue(caData, keyOperatorCert, keyOperatorKey, ca, nil, func() (pki.KeyPair, error) {
-		return pki.IssueClient(ca, OperatorClientCN, leafValidity, now)
+	clientCA, data, err := clientCA(c, ca, caData)
+	if err != nil {
+		return nil, err
+	}
+	operator, err := keepOrIssue(caData, keyOperatorCert, keyOperatorKey, clientCA, nil, func() (pki.KeyPair, error) {
+		return pki.IssueClient(clientCA, OperatorClientCN, leafValidity, now)
 	})
 	if err != nil {
 		return nil, err
 	}
-	data := map[string][]byte{keyCACert: ca.CertPEM, keyOperatorCert: operator.CertPEM, keyOperatorKey: operator.KeyPEM}
-	if c.Spec.TLS == nil || c.Spec.TLS.CASecret == nil {
-		data[keyCAKey] = ca.KeyPEM
-	}
+	data[keyCACert], data[keyOperatorCert], data[keyOperatorKey] = ca.CertPEM, operator.CertPEM, operator.KeyPEM
 	caSecret := secret(c, caSecretName(c), corev1.SecretTypeOpaque, data)
 	if err := r.applyOwned(ctx, c, caSecret); err != nil {
 		return nil, err
 	}
-	if err := r.reconcileLeafSecret(ctx, c, serverSecretName(c), ca, serverNames(c), func() (pki.KeyPair, error) {
+	// The server's ca.crt is what it trusts client certificates from; the
+	// replication Secret's, what replicas verify their upstream with.
+	if err := r.reconcileLeafSecret(ctx, c, serverSecretName(c), ca, clientCA.CertPEM, serverNames(c), func() (pki.KeyPair, error) {
 		return pki.IssueServer(ca, rwServiceName(c), serverNames(c), []net.IP{net.IPv4(127, 0, 0, 1)}, leafValidity, now)
 	}); err != nil {
 		return nil, err
 	}
-	if err := r.reconcileLeafSecret(ctx, c, replicationSecretName(c), ca, nil, func() (pki.KeyPair, error) {
-		return pki.IssueClient(ca, replicationUser, leafValidity, now)
+	if err := r.reconcileLeafSecret(ctx, c, replicationSecretName(c), clientCA, ca.CertPEM, nil, func() (pki.KeyPair, error) {
+		return pki.IssueClient(clientCA, replicationUser, leafValidity, now)
 	}); err != nil {
 		return nil, err
 	}
@@ -89,6 +108,24 @@ func (r *ClusterReconciler) reconcileTLS(ctx context.Context, c *tuskv1alpha1.Po
 		return nil, err
 	}
 	return &clusterTLS{ca: ca, caSecret: caSecret}, nil
+}
+
+// clientCA is the CA of the cluster's client certificates, and the keys of
+// <cluster>-ca that keep it: the cluster's own CA (ca.key beside ca.crt),
+// or, when ca is a user's, one made for the cluster and kept under
+// client-ca.crt and client-ca.key (the user's key is never copied).
+func clientCA(c *tuskv1alpha1.PostgresCluster, ca pki.KeyPair, caData map[string][]byte) (pki.KeyPair, map[string][]byte, error) {
+	if c.Spec.TLS == nil || c.Spec.TLS.CASecret == nil {
+		return ca, map[string][]byte{keyCAKey: ca.KeyPEM}, nil
+	}
+	own := pki.KeyPair{CertPEM: caData[keyClientCACert], KeyPEM: caData[keyClientCAKey]}
+	if len(own.CertPEM) == 0 || len(own.KeyPEM) == 0 {
+		var err error
+		if own, err = pki.NewCA(c.Name+" PostgreSQL client CA", caValidity, time.Now()); err != nil {
+			return pki.KeyPair{}, nil, err
+		}
+	}
+	return own, map[string][]byte{keyClientCACert: own.CertPEM, keyClientCAKey: own.KeyPEM}, nil
 }
 
 // clusterCA is the user's CA when spec.tls.caSecret names one, else the
@@ -113,32 +150,47 @@ func (r *ClusterReconciler) clusterCA(ctx context.Context, c *tuskv1alpha1.Postg
 }
 
 // reconcileLeafSecret keeps a certificate Secret (tls.crt, tls.key, ca.crt)
-// valid: reissued when missing, expiring, from another CA or lacking names.
+// valid: reissued by issuer when missing, expiring, from another CA or
+// lacking names. Its ca.crt is trust: the CA its holder trusts peers from.
 func (r *ClusterReconciler) reconcileLeafSecret(ctx context.Context, c *tuskv1alpha1.PostgresCluster, name string,
-	ca pki.KeyPair, names []string, issue func() (pki.KeyPair, error)) error {
+	issuer pki.KeyPair, trust []byte, names []string, issue func() (pki.KeyPair, error)) error {
 	existing, err := r.secrets.data(ctx, c.Namespace, name)
 	if err != nil {
 		return err
 	}
-	kp, err := keepOrIssue(existing, keyTLSCert, keyTLSKey, ca, names, issue)
+	kp, err := keepOrIssue(existing, keyTLSCert, keyTLSKey, issuer, names, issue)
 	if err != nil {
 		return err
 	}
-	s := secret(c, name, corev1.SecretTypeTLS, map[string][]byte{keyTLSCert: kp.CertPEM, keyTLSKey: kp.KeyPEM, keyCACert: ca.CertPEM})
+	s := secret(c, name, corev1.SecretTypeTLS, map[string][]byte{keyTLSCert: kp.CertPEM, keyTLSKey: kp.KeyPEM, keyCACert: trust})
 	err = r.applyOwned(ctx, c, s)
 	return err
 }
 
 // keepOrIssue returns the key pair stored under certKey/keyKey when it is
-// still good, or a new one.
+// still good, or a new one. A certificate that ends with its CA (issued
+// when the CA had less than a leaf's validity left) is kept to the end:
+// a new one could last no longer.
 func keepOrIssue(data map[string][]byte, certKey, keyKey string, ca pki.KeyPair, names []string, issue func() (pki.KeyPair, error)) (pki.KeyPair, error) {
 	kp := pki.KeyPair{CertPEM: data[certKey], KeyPEM: data[keyKey]}
 	if len(kp.CertPEM) > 0 && len(kp.KeyPEM) > 0 && pki.SignedBy(kp.CertPEM, ca.CertPEM) == nil && pki.SANsMatch(kp.CertPEM, names) {
-		if renew, err := pki.NeedsRenewal(kp.CertPEM, time.Now(), renewBefore); err == nil && !renew {
+		now := time.Now()
+		renew, err := pki.NeedsRenewal(kp.CertPEM, now, renewBefore)
+		if err == nil && (!renew || endsWithCA(kp.CertPEM, ca.CertPEM, now)) {
 			return kp, nil
 		}
 	}
 	return issue()
+}
+
+// endsWithCA says the certificate is valid now and ends when its CA does.
+func endsWithCA(certPEM, caPEM []byte, now time.Time) bool {
+	cert, err := pki.ParseCertificate(certPEM)
+	if err != nil {
+		return false
+	}
+	ca, err := pki.ParseCertificate(caPEM)
+	return err == nil && now.Before(cert.NotAfter) && !cert.NotAfter.Before(ca.NotAfter.Add(-time.Minute))
 }
 
 // serverNames are the DNS names the server certificate covers: every

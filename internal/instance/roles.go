@@ -308,15 +308,23 @@ func (m *Manager) connectUpstream(ctx context.Context, up instanceapi.Upstream) 
 }
 
 // upstreamTLS verifies the upstream's certificate for serverName and
-// presents the replication client certificate when replicas use one.
+// presents the replication client certificate when replicas use one. The
+// replication Secret's ca.crt is the CA of server certificates; the server
+// Secret's is the CA this server trusts clients from, which is another
+// when the server certificate comes from a user's CA (they are one
+// otherwise).
 func (m *Manager) upstreamTLS(serverName string) (*tls.Config, error) {
-	pem, err := os.ReadFile(m.serverCerts.caPath())
+	roots := m.serverCerts.caPath()
+	if m.replicationCerts != nil {
+		roots = m.replicationCerts.caPath()
+	}
+	pem, err := os.ReadFile(roots) //nolint:gosec // a mounted Secret's file
 	if err != nil {
 		return nil, fmt.Errorf("while reading the cluster's CA: %w", err)
 	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(pem)
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, ServerName: serverName}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: serverName}
 	if c := m.replicationCerts; c != nil {
 		pair, err := tls.LoadX509KeyPair(c.certPath(), c.keyPath())
 		if err != nil {

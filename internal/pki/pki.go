@@ -4,14 +4,18 @@
 // issuer, names). It is a leaf package (standard library only): the
 // operator issues with it, tests use it, and it imports nothing of Tusk's.
 //
-// Keys are ECDSA P-256, PEM-encoded as "PRIVATE KEY" (PKCS#8), which both
-// PostgreSQL and Go read.
+// Keys Tusk makes are ECDSA P-256, PEM-encoded as "PRIVATE KEY" (PKCS#8),
+// which both PostgreSQL and Go read. A user's CA may have an RSA, ECDSA or
+// Ed25519 key, in PKCS#8, PKCS#1 or SEC 1.
 package pki
 
 import (
+	"crypto"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -99,17 +103,62 @@ func issueSigned(ca KeyPair, template *x509.Certificate, validity time.Duration,
 	if !caCert.IsCA {
 		return KeyPair{}, errors.New("the CA certificate is not a certificate authority")
 	}
-	caKey, err := parseKey(ca.KeyPEM)
+	caKey, err := parseSigningKey(ca.KeyPEM)
 	if err != nil {
 		return KeyPair{}, fmt.Errorf("while reading the CA key: %w", err)
 	}
+	if !publicKeysEqual(caKey.Public(), caCert.PublicKey) {
+		return KeyPair{}, errors.New("the CA key does not belong to the CA certificate")
+	}
+	// A certificate must not outlive its issuer: a CA that expires sooner
+	// makes the certificate expire with it (and be renewed before).
+	validity = min(validity, caCert.NotAfter.Sub(now))
 	return issue(template, caCert, caKey, validity, now)
+}
+
+// parseSigningKey reads a CA's private key: PKCS#8 ("PRIVATE KEY"), PKCS#1
+// ("RSA PRIVATE KEY") or SEC 1 ("EC PRIVATE KEY"), of an ECDSA, RSA or
+// Ed25519 key, as CAs made by openssl, cfssl or cert-manager come.
+func parseSigningKey(keyPEM []byte) (crypto.Signer, error) {
+	block, _ := pem.Decode(keyPEM)
+	if block == nil {
+		return nil, errors.New("no PEM-encoded private key found")
+	}
+	var key any
+	var err error
+	switch block.Type {
+	case privateKeyBlock:
+		key, err = x509.ParsePKCS8PrivateKey(block.Bytes)
+	case "RSA PRIVATE KEY":
+		key, err = x509.ParsePKCS1PrivateKey(block.Bytes)
+	case "EC PRIVATE KEY":
+		key, err = x509.ParseECPrivateKey(block.Bytes)
+	default:
+		return nil, fmt.Errorf("a PEM block of type %q is not a private key Tusk reads (PRIVATE KEY, RSA PRIVATE KEY or EC PRIVATE KEY)", block.Type)
+	}
+	if err != nil {
+		return nil, err
+	}
+	switch k := key.(type) {
+	case *ecdsa.PrivateKey, *rsa.PrivateKey, ed25519.PrivateKey:
+		return k.(crypto.Signer), nil
+	}
+	return nil, fmt.Errorf("the key is a %T, not an ECDSA, RSA or Ed25519 key", key)
+}
+
+// publicKeysEqual compares two public keys of the kinds crypto/x509 parses.
+func publicKeysEqual(a, b crypto.PublicKey) bool {
+	eq, ok := a.(interface{ Equal(crypto.PublicKey) bool })
+	return ok && eq.Equal(b)
 }
 
 // issue makes a new key and a certificate for it from template, signed by
 // parent (self-signed when parent is nil).
-func issue(template, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, validity time.Duration, now time.Time) (KeyPair, error) {
+func issue(template, parent *x509.Certificate, parentKey crypto.Signer, validity time.Duration, now time.Time) (KeyPair, error) {
 	if validity <= 0 {
+		if parent != nil {
+			return KeyPair{}, fmt.Errorf("the CA expired at %s: renew it", parent.NotAfter.UTC().Format(time.RFC3339))
+		}
 		return KeyPair{}, fmt.Errorf("validity %s is not positive", validity)
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -152,23 +201,6 @@ func ParseCertificate(certPEM []byte) (*x509.Certificate, error) {
 			return x509.ParseCertificate(block.Bytes)
 		}
 	}
-}
-
-// parseKey reads an ECDSA key in PKCS#8 ("PRIVATE KEY").
-func parseKey(keyPEM []byte) (*ecdsa.PrivateKey, error) {
-	block, _ := pem.Decode(keyPEM)
-	if block == nil || block.Type != privateKeyBlock {
-		return nil, errors.New("no PEM-encoded PKCS#8 private key found")
-	}
-	key, err := x509.ParsePKCS8PrivateKey(block.Bytes)
-	if err != nil {
-		return nil, err
-	}
-	ec, ok := key.(*ecdsa.PrivateKey)
-	if !ok {
-		return nil, fmt.Errorf("the key is a %T, not an ECDSA key", key)
-	}
-	return ec, nil
 }
 
 // NeedsRenewal says whether the certificate expires within before of now,

@@ -1,11 +1,17 @@
 package pki
 
 import (
+	"crypto"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
+	"math/big"
 	"net"
 	"strings"
 	"testing"
@@ -245,4 +251,110 @@ func TestSANsMatch(t *testing.T) {
 	if SANsMatch([]byte("garbage"), nil) {
 		t.Fatal("an unreadable certificate matched")
 	}
+}
+
+// userCA makes a CA the way openssl or cert-manager hands one over: a
+// self-signed certificate for key, whose PEM block is blockType.
+func userCA(t *testing.T, key crypto.Signer, blockType string, der []byte, notAfter time.Time) KeyPair {
+	t.Helper()
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "user CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: notAfter, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign}
+	cert, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return KeyPair{CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert}),
+		KeyPEM: pem.EncodeToMemory(&pem.Block{Type: blockType, Bytes: der})}
+}
+
+// TestUserCAKeys: a user's CA with an RSA (PKCS#1 or PKCS#8), ECDSA
+// (SEC 1) or Ed25519 key issues certificates that verify; a key of another
+// kind or that is not the certificate's is refused with a message.
+func TestUserCAKeys(t *testing.T) {
+	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecKey, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, edKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkcs8 := func(k any) []byte {
+		der, err := x509.MarshalPKCS8PrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return der
+	}
+	sec1, err := x509.MarshalECPrivateKey(ecKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := now.Add(10 * year)
+	for name, ca := range map[string]KeyPair{
+		"RSA, PKCS#1":        userCA(t, rsaKey, "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(rsaKey), later),
+		"RSA, PKCS#8":        userCA(t, rsaKey, "PRIVATE KEY", pkcs8(rsaKey), later),
+		"ECDSA P-384, SEC 1": userCA(t, ecKey, "EC PRIVATE KEY", sec1, later),
+		"Ed25519, PKCS#8":    userCA(t, edKey, "PRIVATE KEY", pkcs8(edKey), later),
+	} {
+		t.Run(name, func(t *testing.T) {
+			kp, err := IssueServer(ca, "x", []string{"x"}, nil, year, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := SignedBy(kp.CertPEM, ca.CertPEM); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	mismatched := userCA(t, rsaKey, "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(rsaKey), later)
+	mismatched.KeyPEM = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: sec1})
+	if _, err := IssueClient(mismatched, "app", year, now); err == nil || !strings.Contains(err.Error(), "does not belong to the CA certificate") {
+		t.Errorf("a CA key of another certificate: %v", err)
+	}
+	dsa := userCA(t, rsaKey, "DSA PRIVATE KEY", []byte{1}, later)
+	if _, err := IssueClient(dsa, "app", year, now); err == nil || !strings.Contains(err.Error(), `"DSA PRIVATE KEY"`) {
+		t.Errorf("a DSA key: %v", err)
+	}
+}
+
+// TestCertificatesDoNotOutliveTheirCA: a CA expiring within a leaf's
+// validity caps the leaf at its own end; an expired CA issues nothing and
+// says so.
+func TestCertificatesDoNotOutliveTheirCA(t *testing.T) {
+	ecKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der := pkcs8Key(t, ecKey)
+	soon := userCA(t, ecKey, "PRIVATE KEY", der, now.Add(60*24*time.Hour))
+	kp, err := IssueClient(soon, "app", year, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ParseCertificate(kp.CertPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if caCert, _ := ParseCertificate(soon.CertPEM); leaf.NotAfter.After(caCert.NotAfter) {
+		t.Errorf("the certificate ends %v, after its CA (%v)", leaf.NotAfter, caCert.NotAfter)
+	}
+	expired := userCA(t, ecKey, "PRIVATE KEY", der, now.Add(-time.Minute))
+	if _, err := IssueClient(expired, "app", year, now); err == nil || !strings.Contains(err.Error(), "the CA expired") {
+		t.Errorf("an expired CA: %v", err)
+	}
+}
+
+func pkcs8Key(t *testing.T, k any) []byte {
+	t.Helper()
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der
 }

@@ -25,10 +25,13 @@ import (
 	"tusk.dev/tusk/internal/testenv"
 )
 
-// clusterPKI is the TLS material the operator makes for one cluster.
+// clusterPKI is the TLS material the operator makes for one cluster: ca
+// issues the server certificate, clientCA the client certificates (one
+// CA, unless ca is a user's that other clusters may share).
 type clusterPKI struct {
 	t        testing.TB
 	ca       pki.KeyPair
+	clientCA pki.KeyPair
 	server   pki.KeyPair
 	repl     pki.KeyPair
 	operator pki.KeyPair
@@ -36,12 +39,18 @@ type clusterPKI struct {
 
 func newClusterPKI(t testing.TB) *clusterPKI {
 	t.Helper()
-	now := time.Now()
-	p := &clusterPKI{t: t}
-	var err error
-	if p.ca, err = pki.NewCA("tusk test cluster CA", time.Hour, now); err != nil {
+	ca, err := pki.NewCA("tusk test cluster CA", time.Hour, time.Now())
+	if err != nil {
 		t.Fatal(err)
 	}
+	return newClusterPKIFrom(t, ca, ca)
+}
+
+// newClusterPKIFrom makes a cluster's material from a server CA and a
+// client CA.
+func newClusterPKIFrom(t testing.TB, ca, clientCA pki.KeyPair) *clusterPKI {
+	t.Helper()
+	p := &clusterPKI{t: t, ca: ca, clientCA: clientCA}
 	p.server = p.issueServer()
 	p.repl = p.issueClient("tusk_replication")
 	p.operator = p.issueClient(instanceapi.DefaultAPIClientCN)
@@ -61,7 +70,7 @@ func (p *clusterPKI) issueServer() pki.KeyPair {
 
 func (p *clusterPKI) issueClient(cn string) pki.KeyPair {
 	p.t.Helper()
-	kp, err := pki.IssueClient(p.ca, cn, time.Hour, time.Now())
+	kp, err := pki.IssueClient(p.clientCA, cn, time.Hour, time.Now())
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -94,7 +103,9 @@ func (p *clusterPKI) httpClient(client *pki.KeyPair) *http.Client {
 // operator, and returns the flags.
 func (p *clusterPKI) nodeArgs(n *node) []string {
 	serverDir, replDir := filepath.Join(n.dir, "tls"), filepath.Join(n.dir, "replication-tls")
-	mountCerts(n.t, serverDir, p.server, p.ca)
+	// As the operator mounts them: the server's ca.crt is the CA it trusts
+	// clients from, the replication one's the CA of servers.
+	mountCerts(n.t, serverDir, p.server, p.clientCA)
 	mountCerts(n.t, replDir, p.repl, p.ca)
 	n.scheme, n.client = "https", p.httpClient(&p.operator)
 	return []string{"--tls-dir", serverDir, "--replication-tls-dir", replDir}
@@ -253,7 +264,7 @@ func testAPIClientCerts(t *testing.T, p *clusterPKI, n *node) {
 // to the API and to PostgreSQL get the new certificate.
 func testServerCertRotation(t *testing.T, p *clusterPKI, n *node) {
 	renewed := p.issueServer()
-	mountCerts(t, filepath.Join(n.dir, "tls"), renewed, p.ca)
+	mountCerts(t, filepath.Join(n.dir, "tls"), renewed, p.clientCA)
 	if err := n.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
@@ -308,4 +319,65 @@ func (n *node) postgresServerSerial(ctx context.Context, p *clusterPKI) (*big.In
 	}
 	_ = conn.Close(context.Background())
 	return got, nil
+}
+
+// TestSharedServerCAIsNoClientCredential: two clusters whose server
+// certificates come from one user CA, each with a client CA of its own (as
+// the operator makes them). Cluster A's replication certificate streams
+// from A and is refused by B's PostgreSQL; A's operator certificate is
+// refused by B's instance API. Both connect and verify B's server by the
+// shared CA.
+func TestSharedServerCAIsNoClientCredential(t *testing.T) {
+	shared, err := pki.NewCA("a user's CA, shared", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusterPKIWithOwnClientCA := func() *clusterPKI {
+		own, err := pki.NewCA("tusk test client CA", time.Hour, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newClusterPKIFrom(t, shared, own)
+	}
+	a, b := clusterPKIWithOwnClientCA(), clusterPKIWithOwnClientCA()
+	primaryB := startNode(t, "shared-b1", nodeOptions{role: instanceapi.RolePrimary, tls: b})
+	primaryB.waitReady(instanceapi.RolePrimary)
+	replicaB := startNode(t, "shared-b2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primaryB.port, tls: b})
+	replicaB.waitReady(instanceapi.RoleReplica)
+	assertCertReplication(t, primaryB, "shared-b2")
+
+	dir := workDir(t)
+	connectAsReplication := func(p *clusterPKI) error {
+		certFile, keyFile, caFile := filepath.Join(dir, "repl.crt"), filepath.Join(dir, "repl.key"), filepath.Join(dir, "ca.crt")
+		for path, data := range map[string][]byte{certFile: p.repl.CertPEM, keyFile: p.repl.KeyPEM, caFile: shared.CertPEM} {
+			if err := os.WriteFile(path, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, fmt.Sprintf("host=127.0.0.1 port=%d user=tusk_replication dbname=postgres sslmode=verify-full "+
+			"sslcert=%s sslkey=%s sslrootcert=%s", primaryB.port, certFile, keyFile, caFile))
+		if err == nil {
+			_ = conn.Close(context.Background())
+		}
+		return err
+	}
+	if err := connectAsReplication(b); err != nil {
+		t.Fatalf("B's own replication certificate: %v", err)
+	}
+	if err := connectAsReplication(a); err == nil {
+		t.Fatal("A's replication certificate logged in to B's PostgreSQL")
+	}
+
+	resp, err := a.httpClient(&a.operator).Get(primaryB.url(instanceapi.PathStatus))
+	if err == nil {
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatal("A's operator certificate was served B's /status")
+		}
+	}
+	if _, err := b.httpClient(&b.operator).Get(primaryB.url(instanceapi.PathStatus)); err != nil {
+		t.Fatalf("B's operator certificate: %v", err)
+	}
 }
