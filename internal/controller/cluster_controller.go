@@ -64,7 +64,8 @@ type ClusterReconciler struct {
 	Recorder events.EventRecorder
 	clients  instanceClients
 	leases   *leaseObserver
-	diverged firstSeen // replicas behind the primary's timeline
+	diverged firstSeen  // replicas behind the primary's timeline
+	caWarned lastWarned // clusters whose CA expires soon
 	// secrets reads Secrets, the user's with uncached GETs; api reads
 	// what the cache does not hold; secretNames watches every Secret by
 	// name (see CacheOptions).

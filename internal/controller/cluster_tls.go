@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,6 +71,7 @@ func (r *ClusterReconciler) reconcileTLS(ctx context.Context, c *tuskv1alpha1.Po
 		return nil, err
 	}
 	now := time.Now()
+	r.warnExpiringCA(c, ca, now)
 	caData, err := r.secrets.data(ctx, c.Namespace, caSecretName(c))
 	if err != nil {
 		return nil, err
@@ -216,4 +219,58 @@ func secret(c *tuskv1alpha1.PostgresCluster, name string, typ corev1.SecretType,
 // objectMeta is the metadata of an object Tusk owns for the cluster.
 func objectMeta(c *tuskv1alpha1.PostgresCluster, name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: clusterLabels(c)}
+}
+
+// caWarnEvery is how often a CA about to expire is warned about.
+const caWarnEvery = time.Hour
+
+// warnExpiringCA warns, with an Event at most every caWarnEvery, while the
+// CA that issues the server certificate has less than renewBefore left:
+// every certificate ends with it (pki caps them), and Tusk renews no CA.
+func (r *ClusterReconciler) warnExpiringCA(c *tuskv1alpha1.PostgresCluster, ca pki.KeyPair, now time.Time) {
+	cert, err := pki.ParseCertificate(ca.CertPEM)
+	if err != nil {
+		return
+	}
+	key := c.Namespace + "/" + c.Name
+	if cert.NotAfter.Sub(now) >= renewBefore {
+		r.caWarned.forget(key)
+		return
+	}
+	if !r.caWarned.due(key, now, caWarnEvery) {
+		return
+	}
+	how := fmt.Sprintf("delete the Secret %s: Tusk then makes a new CA and reissues every certificate (clients must then trust its new ca.crt)", caSecretName(c))
+	if c.Spec.TLS != nil && c.Spec.TLS.CASecret != nil {
+		how = fmt.Sprintf("put a renewed CA in the Secret %s (spec.tls.caSecret)", c.Spec.TLS.CASecret.Name)
+	}
+	r.event(c, corev1.EventTypeWarning, ReasonCAExpiring, "TLS", "The cluster's CA %q expires at %s; every certificate ends with it: %s",
+		cert.Subject.CommonName, cert.NotAfter.UTC().Format(time.RFC3339), how)
+}
+
+// lastWarned remembers, per key, when a warning was last given.
+type lastWarned struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+// due says whether key is to be warned about now (never yet, or every
+// ago), and records it when so.
+func (w *lastWarned) due(key string, now time.Time, every time.Duration) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if at, ok := w.last[key]; ok && now.Sub(at) < every {
+		return false
+	}
+	if w.last == nil {
+		w.last = map[string]time.Time{}
+	}
+	w.last[key] = now
+	return true
+}
+
+func (w *lastWarned) forget(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.last, key)
 }

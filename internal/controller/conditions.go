@@ -54,6 +54,7 @@ const (
 	ReasonRewinding            = "RewindingReplica"
 	ReasonInvalidParameters    = "InvalidParameters"
 	ReasonObjectNotOwned       = "ObjectNotOwned"
+	ReasonCAExpiring           = "CAExpiring"
 )
 
 // specError is a problem only the user can fix (a missing Secret, an

@@ -8,8 +8,11 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
+	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/tools/events"
 
 	"tusk.dev/tusk/internal/pki"
 )
@@ -50,5 +53,35 @@ func TestCertificatesOfAnEndingCAAreNotReissuedEachPass(t *testing.T) {
 	}
 	if issued != 1 {
 		t.Errorf("issued %d certificates in 3 passes, want 1", issued)
+	}
+}
+
+// TestExpiringCAIsWarnedAbout: a CA with less than 30 days left gets a
+// Warning Event saying how to renew it, at most once an hour; one with
+// more gets none.
+func TestExpiringCAIsWarnedAbout(t *testing.T) {
+	now := time.Now()
+	ending, err := pki.NewCA("ending", 20*24*time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lasting, err := pki.NewCA("lasting", caValidity, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := events.NewFakeRecorder(10)
+	r := &ClusterReconciler{Recorder: rec}
+	c := defaultCluster()
+	r.warnExpiringCA(c, lasting, now)
+	r.warnExpiringCA(c, ending, now)
+	r.warnExpiringCA(c, ending, now.Add(time.Minute))
+	r.warnExpiringCA(c, ending, now.Add(caWarnEvery+time.Minute))
+	close(rec.Events)
+	var got []string
+	for e := range rec.Events {
+		got = append(got, e)
+	}
+	if len(got) != 2 || !strings.Contains(got[0], "Warning CAExpiring") || !strings.Contains(got[0], "delete the Secret "+caSecretName(c)) {
+		t.Errorf("events %q, want two CAExpiring warnings an hour apart saying how to renew", got)
 	}
 }
