@@ -3,6 +3,9 @@ package controller
 import (
 	"slices"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"tusk.dev/tusk/internal/instanceapi"
 )
@@ -80,6 +83,44 @@ func TestAdoptionCandidate(t *testing.T) {
 				}
 			case best == nil || best.name != tc.want:
 				t.Errorf("got %s (waiting for %v), want %s", nameOf(best), waiting, tc.want)
+			}
+		})
+	}
+}
+
+// TestAdoptionAction: the chosen instance is promoted when it runs as a
+// standby (whatever its label), waited for when its pod is going or starts
+// as the primary, and restarted as the primary otherwise.
+func TestAdoptionAction(t *testing.T) {
+	c := clusterWithPrimary(2, 0)
+	c.Status.CurrentPrimary, c.Status.TargetPrimary = "", ""
+	for _, tc := range []struct {
+		name  string
+		label instanceapi.Role
+		phase instanceapi.Phase
+		role  instanceapi.Role
+		noPod bool
+		gone  bool
+		want  adoptAction
+	}{
+		{name: "a running standby", label: instanceapi.RoleReplica, phase: instanceapi.PhaseRunning, role: instanceapi.RoleReplica, want: adoptPromote},
+		{name: "a running standby under the primary's label", label: instanceapi.RolePrimary, phase: instanceapi.PhaseRunning, role: instanceapi.RoleReplica, want: adoptPromote},
+		{name: "a primary's data kept stopped", label: instanceapi.RoleReplica, phase: instanceapi.PhaseRejoining, role: instanceapi.RoleReplica, want: adoptRestart},
+		{name: "starting as the primary", label: instanceapi.RolePrimary, phase: instanceapi.PhaseBootstrapping, role: instanceapi.RoleUnknown, want: adoptWait},
+		{name: "no pod", noPod: true, want: adoptWait},
+		{name: "its pod going", label: instanceapi.RoleReplica, phase: instanceapi.PhaseRejoining, gone: true, want: adoptWait},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := testView(c, inst{serial: 1, noPod: tc.noPod}).members[0]
+			if m.pod != nil {
+				m.pod.Labels[LabelRole] = string(tc.label)
+				m.status.Phase, m.status.Role = tc.phase, tc.role
+				if tc.gone {
+					m.pod.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+				}
+			}
+			if got := adoptionAction(m); got != tc.want {
+				t.Errorf("got %d, want %d", got, tc.want)
 			}
 		})
 	}

@@ -193,21 +193,46 @@ func (r *ClusterReconciler) chooseAdoptedPrimary(ctx context.Context, c *tuskv1a
 }
 
 // makeAdoptedPrimary takes the chosen instance a step towards serving as
-// the primary: a running standby is promoted (once the old cluster's
-// primary Lease is free); a primary's data directory, kept stopped under a
-// replica's label, has its pod deleted, to be recreated with the primary's
-// (wantedRole); a pod that has it is starting.
+// the primary (adoptionAction).
 func (r *ClusterReconciler) makeAdoptedPrimary(ctx context.Context, m *member, ic *instanceClient) (bool, error) {
-	switch {
-	case m.pod == nil || m.pod.DeletionTimestamp != nil || m.pod.Labels[LabelRole] == string(instanceapi.RolePrimary):
-		return false, nil
-	case m.status != nil && m.status.Role == instanceapi.RoleReplica && m.status.Phase == instanceapi.PhaseRunning:
+	switch adoptionAction(m) {
+	case adoptPromote:
 		return true, r.promoteWhenFree(ctx, m, ic)
+	case adoptRestart:
+		if err := r.Delete(ctx, m.pod, client.Preconditions{UID: &m.pod.UID}); client.IgnoreNotFound(err) != nil {
+			return false, fmt.Errorf("while restarting %s as the primary: %w", m.name, err)
+		}
+		return true, nil
 	}
-	if err := r.Delete(ctx, m.pod, client.Preconditions{UID: &m.pod.UID}); client.IgnoreNotFound(err) != nil {
-		return false, fmt.Errorf("while restarting %s as the primary: %w", m.name, err)
+	return false, nil
+}
+
+// adoptAction is what makes an adoption's chosen instance the primary.
+type adoptAction int
+
+const (
+	adoptWait    adoptAction = iota // its pod is going, or starting as the primary
+	adoptPromote                    // a running standby: promote it (once the old Lease is free)
+	adoptRestart                    // a primary's data kept stopped: recreate its pod as the primary
+)
+
+// adoptionAction decides the next step for the chosen instance m. A
+// running standby is promoted whatever its label: a standby's data starts
+// as a replica even under the primary's (a pod recreated for one that was
+// not running when chosen). A pod with the primary's label is starting as
+// the primary. Any other (a primary's data directory under a replica's
+// label, kept stopped until it can rejoin) is recreated with the primary's
+// label (wantedRole).
+func adoptionAction(m *member) adoptAction {
+	switch {
+	case m.pod == nil || m.pod.DeletionTimestamp != nil:
+		return adoptWait
+	case m.status != nil && m.status.Role == instanceapi.RoleReplica && m.status.Phase == instanceapi.PhaseRunning:
+		return adoptPromote
+	case m.pod.Labels[LabelRole] == string(instanceapi.RolePrimary):
+		return adoptWait
 	}
-	return true, nil
+	return adoptRestart
 }
 
 // recordAdoptedPrimary makes the instance serving as the primary the
