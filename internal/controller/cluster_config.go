@@ -91,8 +91,6 @@ func streamingStandbys(primary *member) int {
 	return n
 }
 
-// reconcileConfig publishes the configuration for pods that start, and
-// sends it to every running instance that has not accepted it yet.
 // applyConfigMap writes the configuration new pods start with (the
 // ConfigMap they mount) and returns it.
 func (r *ClusterReconciler) applyConfigMap(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view) (instanceapi.Config, error) {
@@ -111,6 +109,8 @@ func (r *ClusterReconciler) applyConfigMap(ctx context.Context, c *tuskv1alpha1.
 	return cfg, r.applyOwned(ctx, c, cm)
 }
 
+// reconcileConfig publishes the configuration for pods that start, and
+// sends it to every running instance that has not accepted it yet.
 func (r *ClusterReconciler) reconcileConfig(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, ic *instanceClient) error {
 	cfg, err := r.applyConfigMap(ctx, c, v)
 	if err != nil {

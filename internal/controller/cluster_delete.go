@@ -20,17 +20,14 @@ func (r *ClusterReconciler) reconcileDelete(ctx context.Context, c *tuskv1alpha1
 	if !controllerutil.ContainsFinalizer(c, FinalizerCleanup) {
 		return nil
 	}
-	if c.Spec.Storage.ReclaimPolicy != tuskv1alpha1.ReclaimDelete {
-		if err := r.keepCredentials(ctx, c); err != nil {
-			return err
-		}
-	}
 	if c.Spec.Storage.ReclaimPolicy == tuskv1alpha1.ReclaimDelete {
 		err := r.DeleteAllOf(ctx, &corev1.PersistentVolumeClaim{}, client.InNamespace(c.Namespace), client.MatchingLabels(clusterLabels(c)))
 		if err != nil {
 			return fmt.Errorf("while deleting the volumes: %w", err)
 		}
 		r.event(c, corev1.EventTypeNormal, "DeletedVolumes", "Delete", "Deleted the volumes of %s (reclaimPolicy Delete)", c.Name)
+	} else if err := r.keepCredentials(ctx, c); err != nil {
+		return err
 	}
 	patch := client.MergeFrom(c.DeepCopy())
 	controllerutil.RemoveFinalizer(c, FinalizerCleanup)

@@ -66,8 +66,8 @@ func userSecrets(c *tuskv1alpha1.PostgresCluster) []string {
 	if s := initDB(c).Secret; s != nil {
 		names = append(names, s.Name)
 	}
-	if c.Spec.TLS != nil && c.Spec.TLS.CASecret != nil {
-		names = append(names, c.Spec.TLS.CASecret.Name)
+	if name := userCASecret(c); name != "" {
+		names = append(names, name)
 	}
 	names = append(names, recoverySecrets(c)...)
 	return append(names, backupSecrets(c)...)

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -76,7 +77,7 @@ func (r *ClusterReconciler) reconcileTLS(ctx context.Context, c *tuskv1alpha1.Po
 	if err != nil {
 		return nil, err
 	}
-	clientCA, data, err := clientCA(c, ca, caData)
+	clientCA, data, err := clusterClientCA(c, ca, caData)
 	if err != nil {
 		return nil, err
 	}
@@ -113,12 +114,12 @@ func (r *ClusterReconciler) reconcileTLS(ctx context.Context, c *tuskv1alpha1.Po
 	return &clusterTLS{ca: ca, caSecret: caSecret}, nil
 }
 
-// clientCA is the CA of the cluster's client certificates, and the keys of
-// <cluster>-ca that keep it: the cluster's own CA (ca.key beside ca.crt),
-// or, when ca is a user's, one made for the cluster and kept under
-// client-ca.crt and client-ca.key (the user's key is never copied).
-func clientCA(c *tuskv1alpha1.PostgresCluster, ca pki.KeyPair, caData map[string][]byte) (pki.KeyPair, map[string][]byte, error) {
-	if c.Spec.TLS == nil || c.Spec.TLS.CASecret == nil {
+// clusterClientCA is the CA of the cluster's client certificates, and the
+// keys of <cluster>-ca that keep it: the cluster's own CA (ca.key beside
+// ca.crt), or, when ca is a user's, one made for the cluster and kept
+// under client-ca.crt and client-ca.key (the user's key is never copied).
+func clusterClientCA(c *tuskv1alpha1.PostgresCluster, ca pki.KeyPair, caData map[string][]byte) (pki.KeyPair, map[string][]byte, error) {
+	if userCASecret(c) == "" {
 		return ca, map[string][]byte{keyCAKey: ca.KeyPEM}, nil
 	}
 	own := pki.KeyPair{CertPEM: caData[keyClientCACert], KeyPEM: caData[keyClientCAKey]}
@@ -131,13 +132,19 @@ func clientCA(c *tuskv1alpha1.PostgresCluster, ca pki.KeyPair, caData map[string
 	return own, map[string][]byte{keyClientCACert: own.CertPEM, keyClientCAKey: own.KeyPEM}, nil
 }
 
+// userCASecret is the Secret of the user's CA (spec.tls.caSecret), "" when
+// the cluster has Tusk's own.
+func userCASecret(c *tuskv1alpha1.PostgresCluster) string {
+	if c.Spec.TLS == nil || c.Spec.TLS.CASecret == nil {
+		return ""
+	}
+	return c.Spec.TLS.CASecret.Name
+}
+
 // clusterCA is the user's CA when spec.tls.caSecret names one, else the
 // CA Tusk made for the cluster (made now when there is none yet).
 func (r *ClusterReconciler) clusterCA(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (pki.KeyPair, error) {
-	name := caSecretName(c)
-	if c.Spec.TLS != nil && c.Spec.TLS.CASecret != nil {
-		name = c.Spec.TLS.CASecret.Name
-	}
+	name := cmp.Or(userCASecret(c), caSecretName(c))
 	data, err := r.secrets.data(ctx, c.Namespace, name)
 	if err != nil {
 		return pki.KeyPair{}, err
@@ -241,8 +248,8 @@ func (r *ClusterReconciler) warnExpiringCA(c *tuskv1alpha1.PostgresCluster, ca p
 		return
 	}
 	how := fmt.Sprintf("delete the Secret %s: Tusk then makes a new CA and reissues every certificate (clients must then trust its new ca.crt)", caSecretName(c))
-	if c.Spec.TLS != nil && c.Spec.TLS.CASecret != nil {
-		how = fmt.Sprintf("put a renewed CA in the Secret %s (spec.tls.caSecret)", c.Spec.TLS.CASecret.Name)
+	if name := userCASecret(c); name != "" {
+		how = fmt.Sprintf("put a renewed CA in the Secret %s (spec.tls.caSecret)", name)
 	}
 	r.event(c, corev1.EventTypeWarning, ReasonCAExpiring, "TLS", "The cluster's CA %q expires at %s; every certificate ends with it: %s",
 		cert.Subject.CommonName, cert.NotAfter.UTC().Format(time.RFC3339), how)

@@ -420,10 +420,7 @@ func removeDiscarded(dataDir string) error {
 // checkRoomForCopy refuses a reclone whose copy would not fit beside the
 // data directory it replaces, which is kept (see recloneFrom).
 func checkRoomForCopy(dataDir string) error {
-	size, err := dirSize(dataDir)
-	if err != nil {
-		return err
-	}
+	size := dirSize(dataDir)
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(filepath.Dir(dataDir), &st); err != nil {
 		return fmt.Errorf("while reading the free space of the data volume: %w", err)
@@ -443,22 +440,20 @@ func roomForCopy(size int64, free uint64) error {
 	return nil
 }
 
-// dirSize is the size of the regular files under dir.
-func dirSize(dir string) (int64, error) {
+// dirSize is the size of the regular files under dir. A file that goes
+// while it is walked (postgres runs) is not counted.
+func dirSize(dir string) int64 {
 	var total int64
-	err := filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
 		if err != nil {
-			return err
+			return nil
 		}
 		if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
 			total += info.Size()
 		}
 		return nil
 	})
-	if err != nil {
-		return 0, fmt.Errorf("while measuring the data directory: %w", err)
-	}
-	return total, nil
+	return total
 }
 
 // Follow points a replica at another upstream. primary_conninfo is reloaded

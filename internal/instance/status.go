@@ -2,8 +2,6 @@ package instance
 
 import (
 	"context"
-	"io/fs"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -102,18 +100,8 @@ func (m *Manager) dataDirSize() int64 {
 	if time.Since(d.measured) < dirSizeInterval {
 		return d.bytes
 	}
-	var total int64
-	_ = filepath.WalkDir(m.opts.DataDir, func(_ string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return nil // files come and go while postgres runs
-		}
-		if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
-			total += info.Size()
-		}
-		return nil
-	})
-	d.bytes, d.measured = total, time.Now()
-	return total
+	d.bytes, d.measured = dirSize(m.opts.DataDir), time.Now()
+	return d.bytes
 }
 
 // currentCrashStreak is the crash streak as of now: a postgres that has run
