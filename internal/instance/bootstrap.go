@@ -124,10 +124,7 @@ func (m *Manager) createRolesAndDatabase(ctx context.Context, conn *pgx.Conn) er
 	if err != nil {
 		return err
 	}
-	statements := []string{
-		replication,
-		fmt.Sprintf("CREATE ROLE %s NOLOGIN IN ROLE pg_monitor", ident(monitorRole)),
-	}
+	statements := []string{replication}
 	if owner := m.opts.InitDB.Owner; owner != "" {
 		ownerVerifier, err := scramVerifier(secrets.appPassword)
 		if err != nil {
@@ -143,7 +140,53 @@ func (m *Manager) createRolesAndDatabase(ctx context.Context, conn *pgx.Conn) er
 			return fmt.Errorf("while setting up the new cluster (%s): %w", firstWords(s, 3), err)
 		}
 	}
+	if err := m.grantMonitorRights(ctx, conn); err != nil {
+		return err
+	}
 	return m.grantRewindRights(ctx, conn)
+}
+
+// grantMonitorRights makes the monitoring role what the manager observes
+// postgres as: a login without a password (pg_hba.conf lets it in by peer
+// authentication over the socket only), with pg_monitor's rights and the
+// view of configuration file errors the status reports (pg_file_settings,
+// superuser-only by default; pg_monitor reads every setting already). It
+// creates the role when the cluster has none, and changes nothing when the
+// role has it all. Like grantRewindRights, it does not wait for
+// synchronous standbys and reaches replicas as any WAL does, all at once.
+func (m *Manager) grantMonitorRights(ctx context.Context, conn *pgx.Conn) error {
+	exists, granted := true, false
+	err := conn.QueryRow(ctx, `SELECT rolcanlogin AND pg_has_role(oid, 'pg_monitor', 'MEMBER')
+		AND has_table_privilege(oid, 'pg_catalog.pg_file_settings', 'SELECT')
+		AND has_function_privilege(oid, 'pg_catalog.pg_show_all_file_settings()', 'EXECUTE')
+		FROM pg_roles WHERE rolname = $1`, monitorRole).Scan(&granted)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		exists = false
+	case err != nil:
+		return fmt.Errorf("while looking at the monitoring role: %w", err)
+	case granted:
+		return nil
+	}
+	role := ident(monitorRole)
+	statements := []string{
+		"SET LOCAL synchronous_commit TO local",
+		"ALTER ROLE " + role + " WITH LOGIN",
+		"GRANT pg_monitor TO " + role,
+		"GRANT SELECT ON pg_catalog.pg_file_settings TO " + role,
+		"GRANT EXECUTE ON FUNCTION pg_catalog.pg_show_all_file_settings() TO " + role,
+	}
+	if !exists {
+		statements[1] = "CREATE ROLE " + role + " WITH LOGIN"
+	}
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		for _, s := range statements {
+			if _, err := tx.Exec(ctx, s); err != nil {
+				return fmt.Errorf("while giving the monitoring role its rights (%s): %w", s, err)
+			}
+		}
+		return nil
+	})
 }
 
 // grantRewindRights lets the replication role do what pg_rewind does on

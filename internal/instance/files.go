@@ -179,13 +179,18 @@ func (m *Manager) writeConfigIn(dir string, st state) error {
 		m.log.Info("Ignoring a parameter", "parameter", p.Name, "reason", p.Reason)
 	}
 	hba, err := pgconf.PgHBA(pgconf.HBAConfig{ReplicationUser: replicationUser, TLS: conf.TLS != nil, ReplicationAuth: replicationAuth,
-		SuperuserRemoteAccess: st.config.SuperuserRemoteAccess})
+		SuperuserRemoteAccess: st.config.SuperuserRemoteAccess, Monitor: m.monitorLogin})
 	if err != nil {
 		return fmt.Errorf("while rendering pg_hba.conf: %w", err)
+	}
+	ident, err := pgconf.PgIdent(m.monitorLogin)
+	if err != nil {
+		return err
 	}
 	files := map[string]string{
 		"postgresql.conf":      rendered.Text,
 		"pg_hba.conf":          hba,
+		"pg_ident.conf":        ident,
 		"postgresql.auto.conf": "# Managed by Tusk: ALTER SYSTEM is not used; set spec.postgresql.parameters instead.\n",
 	}
 	for name, content := range files {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"tusk.dev/tusk/internal/instance/pgconf"
 	"tusk.dev/tusk/internal/instance/supervisor"
 	"tusk.dev/tusk/internal/instanceapi"
 )
@@ -147,7 +148,14 @@ type Manager struct {
 	metrics *metrics
 	// observer answers readiness and metrics (ObservedStatus).
 	observer observer
-	sizer    dirSizer
+	// statusSession (status, readiness) and metricsSession are the
+	// sessions the manager observes postgres through; monitorLogin says
+	// which OS user may log in as their role (nil: none can, the manager
+	// observes as the superuser).
+	statusSession  monitorSession
+	metricsSession monitorSession
+	monitorLogin   *pgconf.MonitorLogin
+	sizer          dirSizer
 
 	// serverCerts and replicationCerts are nil without TLS; the run loop
 	// alone syncs them. https is the HTTP API's current TLS configuration.
@@ -169,9 +177,10 @@ type Manager struct {
 	// unprepared: fenced by hand since before this start, the data
 	// directory was left as it was; Unfence prepares it.
 	unprepared bool
-	// rewindRightsGranted: this primary gave the replication role
-	// pg_rewind's rights (grantRewindRights); the run loop alone uses it.
-	rewindRightsGranted bool
+	// primaryRightsGranted: this primary gave the replication and
+	// monitoring roles their rights (ensurePrimaryRights); the run loop
+	// alone uses it.
+	primaryRightsGranted bool
 	// crashes counts the short runs of postgres; the run loop alone uses
 	// it (state.crashStreak shows it).
 	crashes crashLoop
@@ -259,6 +268,9 @@ func New(opts Options, log logr.Logger) (*Manager, error) {
 		ops:     make(chan operation),
 		stopped: make(chan struct{}),
 		state:   state{role: opts.Role, upstream: opts.Upstream, config: opts.Config},
+
+		statusSession:  monitorSession{purpose: "status"},
+		metricsSession: monitorSession{purpose: "metrics"},
 	}
 	if opts.TLS.Dir != "" {
 		m.serverCerts = &certFiles{what: "server certificate", src: opts.TLS.Dir, dst: filepath.Join(opts.RunDir, "tls")}
@@ -269,6 +281,9 @@ func New(opts Options, log logr.Logger) (*Manager, error) {
 	m.cloneCerts = cloneCertsFor(opts)
 	if opts.Lease.enabled() {
 		m.lease = newLeaseKeeper(opts.Lease, opts.Name, log.WithName("lease"))
+	}
+	if m.monitorLogin, err = monitorLogin(); err != nil {
+		log.Info("The monitoring role cannot log in: the manager observes postgres as the superuser", "reason", err.Error())
 	}
 	m.walWatcher = m.newWALWatcher()
 	m.metrics = newMetrics(m)

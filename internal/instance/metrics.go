@@ -17,8 +17,8 @@ import (
 )
 
 // metrics exports PostgreSQL's state and the manager's own to Prometheus.
-// PostgreSQL is queried at scrape time under the pg_monitor role
-// (SET ROLE tusk_monitor), so the queries hold no superuser rights.
+// PostgreSQL is queried at scrape time on the monitoring session
+// (metricsSession), so the queries hold no superuser rights.
 type metrics struct {
 	m        *Manager
 	registry *prometheus.Registry
@@ -128,44 +128,33 @@ func (mt *metrics) sqlMetrics(ctx context.Context) ([]prometheus.Metric, error) 
 	if !mt.sqlAt.IsZero() && time.Since(mt.sqlAt) < sqlMetricsMaxAge {
 		return mt.sqlValues, mt.sqlErr
 	}
-	ch := make(chan prometheus.Metric, 64)
-	done := make(chan error, 1)
-	go func() {
-		done <- mt.askPostgres(context.WithoutCancel(ctx), ch)
-		close(ch)
-	}()
-	var values []prometheus.Metric
-	for v := range ch {
-		values = append(values, v)
-	}
-	mt.sqlValues, mt.sqlErr, mt.sqlAt = values, <-done, time.Now()
+	// Not the scraper's cancellation: one that hangs up must not leave a
+	// failed answer for the others.
+	mt.sqlValues, mt.sqlErr = mt.askPostgres(context.WithoutCancel(ctx))
+	mt.sqlAt = time.Now()
 	return mt.sqlValues, mt.sqlErr
 }
 
-// askPostgres queries PostgreSQL's figures in one session under the
-// pg_monitor role.
-func (mt *metrics) askPostgres(ctx context.Context, ch chan<- prometheus.Metric) error {
+// askPostgres queries PostgreSQL's figures on the metrics session.
+func (mt *metrics) askPostgres(ctx context.Context) ([]prometheus.Metric, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	conn, err := mt.m.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = conn.Close(context.Background()) }()
-	if _, err := conn.Exec(ctx, "SET ROLE "+ident(monitorRole)); err != nil {
-		return err
-	}
-	for _, collect := range []func(context.Context, *pgx.Conn, chan<- prometheus.Metric) error{
-		collectConnections, collectDatabases, collectWAL,
-	} {
-		if err := collect(ctx, conn, ch); err != nil {
-			return err
+	var values []prometheus.Metric
+	err := mt.m.metricsSession.observe(ctx, mt.m, func(ctx context.Context, conn *pgx.Conn) error {
+		values = values[:0] // a retry on a new session starts again
+		for _, collect := range []func(context.Context, *pgx.Conn, *[]prometheus.Metric) error{
+			collectConnections, collectDatabases, collectWAL,
+		} {
+			if err := collect(ctx, conn, &values); err != nil {
+				return err
+			}
 		}
-	}
-	return nil
+		return nil
+	})
+	return values, err
 }
 
-func collectConnections(ctx context.Context, conn *pgx.Conn, ch chan<- prometheus.Metric) error {
+func collectConnections(ctx context.Context, conn *pgx.Conn, out *[]prometheus.Metric) error {
 	rows, err := conn.Query(ctx, `SELECT coalesce(state, 'unknown'), count(*) FROM pg_stat_activity
 		WHERE backend_type = 'client backend' GROUP BY 1`)
 	if err != nil {
@@ -174,13 +163,13 @@ func collectConnections(ctx context.Context, conn *pgx.Conn, ch chan<- prometheu
 	var state string
 	var n int64
 	_, err = pgx.ForEachRow(rows, []any{&state, &n}, func() error {
-		ch <- gauge(descConnections, float64(n), state)
+		*out = append(*out, gauge(descConnections, float64(n), state))
 		return nil
 	})
 	return err
 }
 
-func collectDatabases(ctx context.Context, conn *pgx.Conn, ch chan<- prometheus.Metric) error {
+func collectDatabases(ctx context.Context, conn *pgx.Conn, out *[]prometheus.Metric) error {
 	rows, err := conn.Query(ctx, `SELECT datname, pg_database_size(oid), age(datfrozenxid) FROM pg_database WHERE datallowconn`)
 	if err != nil {
 		return err
@@ -188,15 +177,15 @@ func collectDatabases(ctx context.Context, conn *pgx.Conn, ch chan<- prometheus.
 	var name string
 	var size, age, maxAge int64
 	_, err = pgx.ForEachRow(rows, []any{&name, &size, &age}, func() error {
-		ch <- gauge(descDBSize, float64(size), name)
+		*out = append(*out, gauge(descDBSize, float64(size), name))
 		maxAge = max(maxAge, age)
 		return nil
 	})
-	ch <- gauge(descXIDAge, float64(maxAge))
+	*out = append(*out, gauge(descXIDAge, float64(maxAge)))
 	return err
 }
 
-func collectWAL(ctx context.Context, conn *pgx.Conn, ch chan<- prometheus.Metric) error {
+func collectWAL(ctx context.Context, conn *pgx.Conn, out *[]prometheus.Metric) error {
 	var written *float64
 	var archived, failed int64
 	var lastAge *float64
@@ -208,12 +197,12 @@ func collectWAL(ctx context.Context, conn *pgx.Conn, ch chan<- prometheus.Metric
 		return err
 	}
 	if written != nil {
-		ch <- prometheus.MustNewConstMetric(descWALBytes, prometheus.CounterValue, *written)
+		*out = append(*out, prometheus.MustNewConstMetric(descWALBytes, prometheus.CounterValue, *written))
 	}
-	ch <- prometheus.MustNewConstMetric(descArchived, prometheus.CounterValue, float64(archived))
-	ch <- prometheus.MustNewConstMetric(descArchiveFail, prometheus.CounterValue, float64(failed))
+	*out = append(*out, prometheus.MustNewConstMetric(descArchived, prometheus.CounterValue, float64(archived)))
+	*out = append(*out, prometheus.MustNewConstMetric(descArchiveFail, prometheus.CounterValue, float64(failed)))
 	if lastAge != nil {
-		ch <- gauge(descArchiveAge, *lastAge)
+		*out = append(*out, gauge(descArchiveAge, *lastAge))
 	}
 	return nil
 }

@@ -111,19 +111,28 @@ func (m *Manager) connect(ctx context.Context) (*pgx.Conn, error) {
 }
 
 func (m *Manager) connectWith(ctx context.Context, password string) (*pgx.Conn, error) {
+	cfg, err := m.localConfig(superuser, password)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.ConnectConfig(ctx, cfg)
+}
+
+// localConfig is a session of the manager's as role, over the Unix socket.
+func (m *Manager) localConfig(role, password string) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig("")
 	if err != nil {
 		return nil, err
 	}
 	cfg.Host = m.opts.SocketDir
 	cfg.Port = uint16(m.opts.Port) //nolint:gosec // a port number, validated at start-up
-	cfg.User = superuser
+	cfg.User = role
 	cfg.Password = password
 	cfg.Database = "postgres"
 	cfg.ConnectTimeout = 3 * time.Second
 	cfg.RuntimeParams["application_name"] = "tusk-instance-manager"
 	pinSearchPath(cfg)
-	return pgx.ConnectConfig(ctx, cfg)
+	return cfg, nil
 }
 
 // isAuthFailure says whether err is PostgreSQL refusing a password.

@@ -80,6 +80,10 @@ func (m *Manager) stopPostgresWithin(mode supervisor.ShutdownMode, timeouts supe
 	if pm == nil {
 		return nil
 	}
+	// With postgres no longer running, no new monitoring session opens;
+	// the open ones must not hold up a smart shutdown.
+	m.statusSession.close()
+	m.metricsSession.close()
 	err := pm.Stop(mode, timeouts)
 	m.setPhase(instanceapi.PhaseStopped)
 	return err

@@ -401,7 +401,7 @@ func (m *Manager) reconcileRecoveredRoles(ctx context.Context, conn *pgx.Conn) e
 	if err := m.ensureRole(ctx, conn, replicationUser, create, replication); err != nil {
 		return err
 	}
-	if err := m.ensureRole(ctx, conn, monitorRole, fmt.Sprintf("CREATE ROLE %s NOLOGIN IN ROLE pg_monitor", ident(monitorRole)), ""); err != nil {
+	if err := m.grantMonitorRights(ctx, conn); err != nil {
 		return err
 	}
 	if err := m.grantRewindRights(ctx, conn); err != nil {

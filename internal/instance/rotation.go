@@ -25,7 +25,7 @@ func (m *Manager) CheckSecrets(ctx context.Context) error {
 // and postgres re-reads them on reload; the HTTP API serves a new one from
 // the next connection on. Changed passwords are applied (syncPasswords).
 func (m *Manager) checkSecrets(ctx context.Context) error {
-	errs := []error{m.syncPasswords(ctx), m.ensureRewindRights(ctx)}
+	errs := []error{m.syncPasswords(ctx), m.ensurePrimaryRights(ctx)}
 	reload, err := m.syncCertificates()
 	errs = append(errs, err)
 	if reload {
@@ -53,11 +53,12 @@ func (m *Manager) reloadTLS(ctx context.Context) error {
 	return nil
 }
 
-// ensureRewindRights gives the replication role pg_rewind's rights once per
-// run of a primary: clusters made before it had them lack them.
-func (m *Manager) ensureRewindRights(ctx context.Context) error {
+// ensurePrimaryRights gives the replication role pg_rewind's rights and
+// the monitoring role its login once per run of a primary: clusters made
+// by managers before them lack them.
+func (m *Manager) ensurePrimaryRights(ctx context.Context) error {
 	s := m.snapshot()
-	if m.rewindRightsGranted || s.role != instanceapi.RolePrimary || s.phase != instanceapi.PhaseRunning {
+	if m.primaryRightsGranted || s.role != instanceapi.RolePrimary || s.phase != instanceapi.PhaseRunning {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -70,6 +71,9 @@ func (m *Manager) ensureRewindRights(ctx context.Context) error {
 	if err := m.grantRewindRights(ctx, conn); err != nil {
 		return err
 	}
-	m.rewindRightsGranted = true
+	if err := m.grantMonitorRights(ctx, conn); err != nil {
+		return err
+	}
+	m.primaryRightsGranted = true
 	return nil
 }

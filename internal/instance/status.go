@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"tusk.dev/tusk/internal/instanceapi"
 )
 
@@ -47,29 +49,51 @@ func (m *Manager) managerStatus() instanceapi.Status {
 	return status
 }
 
-// addPostgresStatus adds what postgres says, in one session, to status.
+// addPostgresStatus adds what postgres says, on the status session, to
+// status.
 func (m *Manager) addPostgresStatus(ctx context.Context, status *instanceapi.Status) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	conn, err := m.connect(ctx)
-	if err != nil {
+	asked := false
+	err := m.statusSession.observe(ctx, m, func(ctx context.Context, conn *pgx.Conn) error {
+		asked = true
+		observed := *status
+		if err := m.queryPostgresStatus(ctx, conn, &observed); err != nil {
+			return err
+		}
+		*status = observed
+		return nil
+	})
+	switch {
+	case err == nil:
+	case !asked:
 		status.LastError = "postgres does not accept connections: " + err.Error()
-		return
-	}
-	defer func() { _ = conn.Close(context.Background()) }()
-	if err := queryStatus(ctx, conn, status); err != nil {
+	default:
 		status.Role = instanceapi.RoleUnknown
 		status.Ready = false
 		status.LastError = err.Error()
-		return
 	}
-	if m.opts.WALArchive != nil && status.Role == instanceapi.RolePrimary {
-		if status.Archive, err = queryArchiveStatus(ctx, conn); err != nil {
-			status.LastError = err.Error()
-		} else if status.Archive.Failing {
-			status.Archive.Reason = m.walWatcher.lastFailure()
-		}
+}
+
+// queryPostgresStatus fills what postgres says into status: its role and
+// positions, and the archiver's state on a primary that archives.
+func (m *Manager) queryPostgresStatus(ctx context.Context, conn *pgx.Conn, status *instanceapi.Status) error {
+	if err := queryStatus(ctx, conn, status); err != nil {
+		return err
 	}
+	if m.opts.WALArchive == nil || status.Role != instanceapi.RolePrimary {
+		return nil
+	}
+	archive, err := queryArchiveStatus(ctx, conn)
+	if err != nil {
+		status.LastError = err.Error()
+		return nil
+	}
+	if archive.Failing {
+		archive.Reason = m.walWatcher.lastFailure()
+	}
+	status.Archive = archive
+	return nil
 }
 
 // postmasterDiverged is what the running postmaster said about diverging

@@ -42,12 +42,68 @@ type HBAConfig struct {
 	// own access and before the rule for applications, so they can grant
 	// or reject more specifically. trust is refused.
 	ExtraRules []string
+	// Monitor, when set, is the role the instance manager observes
+	// postgres as: it logs in over the Unix socket by peer authentication
+	// from the manager's own OS user only (PgIdent), and never over the
+	// network.
+	Monitor *MonitorLogin
+}
+
+// MonitorLogin is who may log in as the monitoring role: the database role
+// and the one OS user whose local connections authenticate as it.
+type MonitorLogin struct {
+	Role       string
+	SystemUser string
+}
+
+// monitorMap is the pg_ident.conf map of the monitoring role.
+const monitorMap = "tusk_monitor"
+
+// systemUserName is an OS user name that pg_ident.conf takes literally:
+// no quotes, spaces, or a leading slash (a regular expression there).
+var systemUserName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$`)
+
+func (l *MonitorLogin) validate() error {
+	if l == nil {
+		return nil
+	}
+	var errs []error
+	if !isPlainRole(l.Role) {
+		errs = append(errs, fmt.Errorf("monitoring role %q is not a plain role name", l.Role))
+	}
+	if !systemUserName.MatchString(l.SystemUser) {
+		errs = append(errs, fmt.Errorf("OS user %q cannot be named in pg_ident.conf", l.SystemUser))
+	}
+	return errors.Join(errs...)
+}
+
+// PgIdent renders pg_ident.conf: the map that lets the instance manager's
+// OS user, and no other, log in as the monitoring role (nil: no map, so no
+// one).
+func PgIdent(monitor *MonitorLogin) (string, error) {
+	if err := monitor.validate(); err != nil {
+		return "", fmt.Errorf("while rendering pg_ident.conf: %w", err)
+	}
+	var b strings.Builder
+	b.WriteString("# pg_ident.conf\n")
+	b.WriteString("# This file is managed by Tusk and will be overwritten: do not edit it.\n")
+	if monitor != nil {
+		b.WriteString("\n# The instance manager's OS user observes postgres as the monitoring role.\n")
+		fmt.Fprintf(&b, "%-14s %-20s %s\n", monitorMap, monitor.SystemUser, monitor.Role)
+	}
+	return b.String(), nil
 }
 
 // roleName is a role name that needs no quoting in pg_hba.conf and is not
 // one of its keywords' shapes (+group, @file, /regex); maxIdentifierLength
 // bounds it.
 var roleName = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
+// isPlainRole says whether name can stand in pg_hba.conf's user column for
+// that one role.
+func isPlainRole(name string) bool {
+	return len(name) <= maxIdentifierLength && roleName.MatchString(name) && !slices.Contains(hbaKeywords, name)
+}
 
 // hbaKeywords are user-column keywords that would match more than one role.
 var hbaKeywords = []string{"all", "sameuser", "samerole", "samegroup"}
@@ -60,13 +116,16 @@ var hbaConnectionTypes = []string{"local", "host", "hostssl", "hostnossl", "host
 // PgHBA renders pg_hba.conf. PostgreSQL uses the first line that matches a
 // connection, so the order is the policy:
 //
+//  0. the monitoring role (Monitor), by peer authentication over the Unix
+//     socket: the instance manager's own OS user, without a password;
 //  1. local (Unix socket) connections, with a password: the socket lives
 //     inside the pod, so only the instance manager and kubectl exec reach it;
 //     the superuser's replication connections too, for the base backups
 //     the instance manager takes of its own instance (pg_basebackup);
 //  2. replication for ReplicationUser, over TLS when TLS is on, and its
 //     sessions to the postgres database, pg_rewind's;
-//  3. the superuser refused over the network, unless SuperuserRemoteAccess;
+//  3. the monitoring role refused over the network, and the superuser too
+//     unless SuperuserRemoteAccess;
 //  4. the user's ExtraRules;
 //  5. every role to every database, with a password, over TLS when TLS is on;
 //  6. explicit reject lines, so a refused connection says so in the log.
@@ -85,6 +144,10 @@ func PgHBA(in HBAConfig) (string, error) {
 	b.WriteString("# pg_hba.conf\n")
 	b.WriteString("# This file is managed by Tusk and will be overwritten: do not edit it.\n")
 	b.WriteString("# PostgreSQL uses the first line that matches. No line uses trust.\n")
+	if in.Monitor != nil {
+		b.WriteString("\n# The instance manager observes postgres as the monitoring role, without a password.\n")
+		hbaLine(&b, "local", "all", in.Monitor.Role, "", "peer map="+monitorMap)
+	}
 	b.WriteString("\n# The instance manager and kubectl exec, over the Unix socket in the pod.\n")
 	hbaLine(&b, "local", "all", "all", "", string(ReplicationAuthSCRAM))
 	hbaLine(&b, "local", "replication", Superuser, "", string(ReplicationAuthSCRAM))
@@ -92,6 +155,10 @@ func PgHBA(in HBAConfig) (string, error) {
 	hbaLine(&b, remote, "replication", in.ReplicationUser, "all", string(auth))
 	b.WriteString("\n# pg_rewind of a former primary, as the replication role.\n")
 	hbaLine(&b, remote, "postgres", in.ReplicationUser, "all", string(auth))
+	if in.Monitor != nil {
+		b.WriteString("\n# The monitoring role logs in over the Unix socket only.\n")
+		hbaLine(&b, "host", "all", in.Monitor.Role, "all", "reject")
+	}
 	if !in.SuperuserRemoteAccess {
 		b.WriteString("\n# The superuser logs in over the Unix socket only.\n")
 		hbaLine(&b, "host", "all", Superuser, "all", "reject")
@@ -123,8 +190,11 @@ func (in HBAConfig) validate() (ReplicationAuth, error) {
 		auth = ReplicationAuthSCRAM
 	}
 	var errs []error
-	if len(in.ReplicationUser) > maxIdentifierLength || !roleName.MatchString(in.ReplicationUser) || slices.Contains(hbaKeywords, in.ReplicationUser) {
+	if !isPlainRole(in.ReplicationUser) {
 		errs = append(errs, fmt.Errorf("replication user %q is not a plain role name", in.ReplicationUser))
+	}
+	if err := in.Monitor.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	switch auth {
 	case ReplicationAuthSCRAM:

@@ -12,6 +12,7 @@ func TestPgHBAGolden(t *testing.T) {
 			ReplicationUser: "tusk_replication",
 			TLS:             true,
 			ReplicationAuth: ReplicationAuthCert,
+			Monitor:         &MonitorLogin{Role: "tusk_monitor", SystemUser: "postgres"},
 			ExtraRules: []string{
 				"hostssl app reporting 10.0.0.0/8 scram-sha-256",
 				"  host all all 192.168.0.0/16 reject  ",
@@ -135,10 +136,62 @@ func TestPgHBARejects(t *testing.T) {
 		"empty rule":                {ReplicationUser: "r", ExtraRules: []string{"   "}},
 		"comment only":              {ReplicationUser: "r", ExtraRules: []string{"# hello"}},
 		"typo":                      {ReplicationUser: "r", ExtraRules: []string{"hots all all all reject"}},
+		"monitor role all":          {ReplicationUser: "r", Monitor: &MonitorLogin{Role: "all", SystemUser: "postgres"}},
+		"monitor role group":        {ReplicationUser: "r", Monitor: &MonitorLogin{Role: "+pg_monitor", SystemUser: "postgres"}},
+		"monitor OS user regex":     {ReplicationUser: "r", Monitor: &MonitorLogin{Role: "m", SystemUser: "/^.*$"}},
+		"monitor OS user spaces":    {ReplicationUser: "r", Monitor: &MonitorLogin{Role: "m", SystemUser: "post gres"}},
+		"monitor OS user quoted":    {ReplicationUser: "r", Monitor: &MonitorLogin{Role: "m", SystemUser: `"postgres"`}},
+		"monitor OS user empty":     {ReplicationUser: "r", Monitor: &MonitorLogin{Role: "m"}},
 	}
 	for name, in := range tests {
 		if text, err := PgHBA(in); err == nil {
 			t.Errorf("%s: no error; rendered:\n%s", name, text)
 		}
+	}
+}
+
+// The monitoring role logs in by peer authentication over the socket, is
+// matched before any password line, and is refused over the network
+// before any rule a user writes could let it in.
+func TestPgHBAMonitor(t *testing.T) {
+	text, err := PgHBA(HBAConfig{ReplicationUser: "repl", TLS: true, SuperuserRemoteAccess: true,
+		Monitor:    &MonitorLogin{Role: "tusk_monitor", SystemUser: "postgres"},
+		ExtraRules: []string{"hostssl all tusk_monitor 10.0.0.0/8 scram-sha-256"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var joined []string
+	for _, r := range records(text) {
+		joined = append(joined, strings.Join(r, " "))
+	}
+	if joined[0] != "local all tusk_monitor peer map=tusk_monitor" {
+		t.Errorf("first record %q, want the monitoring role's peer login", joined[0])
+	}
+	refused, extra := -1, -1
+	for i, r := range joined {
+		switch r {
+		case "host all tusk_monitor all reject":
+			refused = i
+		case "hostssl all tusk_monitor 10.0.0.0/8 scram-sha-256":
+			extra = i
+		}
+	}
+	if refused < 0 || refused > extra {
+		t.Errorf("the monitoring role's network refusal is at record %d, the user's rule at %d:\n%s", refused, extra, strings.Join(joined, "\n"))
+	}
+
+	ident, err := PgIdent(&MonitorLogin{Role: "tusk_monitor", SystemUser: "postgres"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := records(ident); len(got) != 1 || strings.Join(got[0], " ") != "tusk_monitor postgres tusk_monitor" {
+		t.Errorf("pg_ident.conf maps %v, want only the manager's OS user to the monitoring role", got)
+	}
+	none, err := PgIdent(nil)
+	if err != nil || len(records(none)) != 0 {
+		t.Errorf("pg_ident.conf without a monitoring login maps %v (%v), want nothing", records(none), err)
+	}
+	if _, err := PgIdent(&MonitorLogin{Role: "tusk_monitor", SystemUser: "/.*"}); err == nil {
+		t.Error("pg_ident.conf took a regular expression for the OS user")
 	}
 }

@@ -5,6 +5,7 @@ package pgconf
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -36,12 +37,18 @@ func TestRenderedConfigurationRunsOnPostgreSQL(t *testing.T) {
 	hba, err := PgHBA(HBAConfig{
 		ReplicationUser: "tusk_replication", TLS: true, ReplicationAuth: ReplicationAuthCert,
 		ExtraRules: []string{"hostssl all nobody 127.0.0.1/32 reject"},
+		Monitor:    s.monitorLogin(),
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ident, err := PgIdent(s.monitorLogin())
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.writeFile("data/postgresql.conf", conf.Text)
 	s.writeFile("data/pg_hba.conf", hba)
+	s.writeFile("data/pg_ident.conf", ident)
 
 	if got := s.run("postgres", "-D", s.data, "-C", "port"); got != strconv.Itoa(port) {
 		t.Errorf("postgres -C port = %q, want Tusk's %d (the user asked for 1)", got, port)
@@ -56,6 +63,7 @@ func TestRenderedConfigurationRunsOnPostgreSQL(t *testing.T) {
 	checkEverySettingAsRendered(t, s, local, conf.Text)
 	checkTuskWon(t, s, local, port, conf.Ignored)
 	checkTLSAndHBA(t, s, port, pki)
+	checkMonitorLogin(t, s, port, pki)
 	checkPrimaryConnInfoThroughLibpq(t, s, in.PrimaryConnInfo)
 }
 
@@ -177,6 +185,32 @@ func checkTLSAndHBA(t *testing.T, s *pgServer, port int, pki testPKI) {
 	rewind := tcp + " user=tusk_replication sslmode=verify-full"
 	if out, err := s.psql(rewind+" sslcert="+pki.ClientCert+" sslkey="+pki.ClientKey, "SELECT current_user"); err != nil || out != "tusk_replication" {
 		t.Errorf("pg_rewind's session with the replication certificate: %v %q", err, out)
+	}
+}
+
+// checkMonitorLogin: the monitoring role logs in over the socket from the
+// server's OS user without a password, and from nowhere else: not over
+// TCP even with a password, not from another OS user.
+func checkMonitorLogin(t *testing.T, s *pgServer, port int, pki testPKI) {
+	t.Helper()
+	socket := fmt.Sprintf("host=%s port=%d dbname=postgres", filepath.Join(s.dir, "run"), port)
+	s.mustPSQL(socket+" user=postgres", "CREATE ROLE tusk_monitor LOGIN IN ROLE pg_monitor PASSWORD "+quoteSQLLiteral(s.password))
+	cmd := s.command("psql", "-XAtc", "SELECT current_user", socket+" user=tusk_monitor")
+	cmd.Env = slices.DeleteFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "PGPASSWORD=") })
+	if out, err := cmd.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "tusk_monitor" {
+		t.Errorf("the server's OS user as the monitoring role, without a password: %v %s", err, out)
+	}
+	tcp := fmt.Sprintf("host=127.0.0.1 port=%d dbname=postgres sslrootcert=%s sslmode=verify-full user=tusk_monitor", port, pki.CA)
+	if out, err := s.psql(tcp, "SELECT 1"); err == nil || !strings.Contains(out, "rejects connection") {
+		t.Errorf("the monitoring role logged in over TCP with a password: %v %s", err, out)
+	}
+	if s.cred == nil {
+		return // the test runs as the server's user: there is no other one to try
+	}
+	other := exec.Command(filepath.Join(s.bin, "psql"), "-XAtc", "SELECT 1", socket+" user=tusk_monitor")
+	other.Env = []string{"PGPASSWORD=" + s.password}
+	if out, err := other.CombinedOutput(); err == nil || !strings.Contains(string(out), "Peer authentication failed") {
+		t.Errorf("another OS user (%d) logged in as the monitoring role: %v %s", os.Geteuid(), err, out)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -54,6 +55,19 @@ func newPGServer(t *testing.T) *pgServer {
 		"--encoding=UTF8", "--locale=C", "--data-checksums")
 	s.mkdir("run")
 	return s
+}
+
+// monitorLogin maps the server's OS user to the monitoring role, as the
+// instance manager (which runs as that user) does.
+func (s *pgServer) monitorLogin() *MonitorLogin {
+	u, err := user.Current()
+	if s.cred != nil {
+		u, err = user.LookupId(strconv.Itoa(int(s.cred.Uid)))
+	}
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return &MonitorLogin{Role: "tusk_monitor", SystemUser: u.Username}
 }
 
 func (s *pgServer) chown(path string) {
