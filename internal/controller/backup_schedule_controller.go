@@ -73,7 +73,6 @@ func (r *BackupScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	c := &tuskv1alpha1.PostgresCluster{}
 	if err := r.Get(ctx, req.NamespacedName, c); err != nil {
 		if apierrors.IsNotFound(err) {
-			forgetBackupMetrics(req.NamespacedName)
 			r.forgetRetention(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -103,7 +102,6 @@ func (r *BackupScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if perr := r.patchStatus(ctx, original, c); perr != nil {
 		return ctrl.Result{}, perr
 	}
-	setBackupMetrics(c)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

@@ -73,6 +73,11 @@ func (m *Manager) renewLease(ctx context.Context) {
 	if err == nil {
 		err = m.lease.hold(ctx)
 	}
+	if err == nil {
+		m.lease.renewed.Add(1)
+	} else {
+		m.lease.renewFailed.Add(1)
+	}
 	switch {
 	case err == nil && st.fenced:
 		m.leaseRegained(ctx)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -74,6 +75,9 @@ type leaseKeeper struct {
 	lastRenew       time.Time // when the last successful renewal was sent
 	observedVersion string
 	observedAt      time.Time
+
+	// renewed and renewFailed count the primary's renewals (metrics).
+	renewed, renewFailed atomic.Uint64
 }
 
 func newLeaseKeeper(opts LeaseOptions, identity string, log logr.Logger) *leaseKeeper {

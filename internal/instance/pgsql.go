@@ -66,14 +66,15 @@ func queryPrimaryStatus(ctx context.Context, conn *pgx.Conn, st *instanceapi.Sta
 func queryStandbys(ctx context.Context, conn *pgx.Conn, st *instanceapi.Status, position string) error {
 	rows, err := conn.Query(ctx, `SELECT application_name, state, coalesce(sync_state, ''),
 		coalesce(flush_lsn::text, ''), coalesce(replay_lsn::text, ''),
-		greatest(coalesce(pg_wal_lsn_diff(`+position+`, replay_lsn), 0), 0)::bigint
+		greatest(coalesce(pg_wal_lsn_diff(`+position+`, replay_lsn), 0), 0)::bigint,
+		coalesce(extract(epoch FROM replay_lag), 0)::float8
 		FROM pg_stat_replication ORDER BY application_name`)
 	if err != nil {
 		return fmt.Errorf("while reading the connected standbys: %w", err)
 	}
 	st.Replicas, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (instanceapi.ReplicaConnection, error) {
 		var r instanceapi.ReplicaConnection
-		err := row.Scan(&r.Name, &r.State, &r.SyncState, &r.FlushLSN, &r.ReplayLSN, &r.LagBytes)
+		err := row.Scan(&r.Name, &r.State, &r.SyncState, &r.FlushLSN, &r.ReplayLSN, &r.LagBytes, &r.ReplayLagSeconds)
 		return r, err
 	})
 	return err

@@ -277,6 +277,9 @@ type ReplicaConnection struct {
 	ReplayLSN string `json:"replayLSN,omitempty"`
 	// LagBytes is how far the standby's replay is behind the primary.
 	LagBytes int64 `json:"lagBytes"`
+	// ReplayLagSeconds is how long the standby took to replay recent WAL
+	// (pg_stat_replication.replay_lag); 0 when there was none to replay.
+	ReplayLagSeconds float64 `json:"replayLagSeconds,omitempty"`
 }
 
 // Upstream is the primary a replica streams from.

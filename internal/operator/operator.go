@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -56,6 +57,13 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if err := controller.SetupWithManager(mgr, opts.Controllers, opts.WatchNamespaces); err != nil {
 		return fmt.Errorf("while registering controllers: %w", err)
 	}
+	// Every cluster's metrics, read from this operator's cache when
+	// scraped; served on controller-runtime's registry, which is global.
+	clusters := controller.ClusterCollector{Reader: mgr.GetCache()}
+	if err := ctrlmetrics.Registry.Register(clusters); err != nil {
+		return fmt.Errorf("while registering the cluster metrics: %w", err)
+	}
+	defer ctrlmetrics.Registry.Unregister(clusters)
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("while adding the health check: %w", err)
 	}

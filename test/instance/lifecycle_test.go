@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"tusk.dev/tusk/internal/instance"
 	"tusk.dev/tusk/internal/instanceapi"
@@ -57,14 +59,19 @@ func TestReplicatedLifecycle(t *testing.T) {
 	t.Run("metrics", func(t *testing.T) {
 		text := primary.metrics()
 		for _, want := range []string{"tusk_pg_up 1", `tusk_pg_role{role="primary"} 1`, "tusk_pg_timeline 1",
-			`tusk_pg_replica_lag_bytes{replica="pg-2",sync_state="async"}`, `tusk_pg_database_size_bytes{database="app"}`,
-			"tusk_pg_xid_age", "tusk_pg_wal_written_bytes_total", "process_resident_memory_bytes"} {
+			`tusk_pg_replica_lag_bytes{replica="pg-2",sync_state="async"}`, `tusk_pg_replica_lag_seconds{replica="pg-2",sync_state="async"}`,
+			`tusk_pg_database_size_bytes{database="app"}`, `tusk_pg_checkpoints_total{kind="timed"}`, `tusk_pg_checkpoints_total{kind="requested"}`,
+			"tusk_pg_max_connections 100", "tusk_pg_deadlocks_total 0", `tusk_instance_fenced{by="lease"} 0`, `tusk_instance_volume_size_bytes{volume="data"}`,
+			"tusk_pg_xid_age", "tusk_pg_wal_written_bytes_total", "tusk_pg_wal_directory_bytes", "process_resident_memory_bytes"} {
 			if !strings.Contains(text, want) {
 				t.Errorf("/metrics lacks %q", want)
 			}
 		}
-		if !strings.Contains(replica1.metrics(), `tusk_pg_role{role="replica"} 1`) {
+		checkMetricsCatalogued(t, text)
+		if text := replica1.metrics(); !strings.Contains(text, `tusk_pg_role{role="replica"} 1`) {
 			t.Error("a replica's /metrics does not say it is a replica")
+		} else {
+			checkMetricsCatalogued(t, text)
 		}
 	})
 	t.Run("reload and restart-pending parameters", func(t *testing.T) { testReconfigure(t, primary, replica1, replica2) })
@@ -99,10 +106,16 @@ func TestReplicatedLifecycle(t *testing.T) {
 	// it must be rewound, not merely pointed elsewhere.
 	primary.exec("INSERT INTO t VALUES (100)")
 	primary.command(http.MethodPost, instanceapi.PathDemote, instanceapi.FollowRequest{Upstream: instanceapi.Upstream{Host: "127.0.0.1", Port: newPrimary.port}}, nil)
-	rejoined := primary.waitReady(instanceapi.RoleReplica)
-	if rejoined.Timeline != 2 {
-		t.Errorf("rejoined former primary is on timeline %d, want 2", rejoined.Timeline)
-	}
+	primary.waitReady(instanceapi.RoleReplica)
+	// Ready, it may still replay the old timeline up to the fork from its
+	// rewound data: the timeline it reports is its last checkpoint's until
+	// it streams from the new primary.
+	primary.waitFor("the rejoined former primary streaming timeline 2", func(st instanceapi.Status) error {
+		if !st.Streaming || st.Timeline != 2 {
+			return fmt.Errorf("streaming %t on timeline %d", st.Streaming, st.Timeline)
+		}
+		return nil
+	})
 	newPrimary.exec("INSERT INTO t VALUES (6)")
 	primary.waitIDs(1, 2, 3, 4, 5, 6) // row 100 is gone: rewound away
 	if logs := primary.logs(); !strings.Contains(logs, `"logger":"pg_rewind"`) || strings.Contains(logs, "copying the primary afresh") {
@@ -219,4 +232,30 @@ func TestBadParameterIsReported(t *testing.T) {
 	// The fix arrives; the next restart attempt succeeds.
 	n.command(http.MethodPut, instanceapi.PathConfig, instanceapi.Config{Parameters: map[string]string{"shared_buffers": "32MB"}}, nil)
 	n.waitReady(instanceapi.RolePrimary)
+}
+
+// checkMetricsCatalogued parses a scrape as Prometheus would and checks
+// that every tusk_ family it serves is in the catalogue docs/metrics.md is
+// rendered from, with the catalogue's type.
+func checkMetricsCatalogued(t *testing.T, text string) {
+	t.Helper()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		t.Fatalf("the scrape does not parse: %v", err)
+	}
+	kinds := map[string]string{}
+	for _, m := range instance.MetricsCatalogue.Metrics() {
+		kinds[m.Name] = string(m.Kind)
+	}
+	for name, f := range families {
+		if !strings.HasPrefix(name, "tusk_") {
+			continue
+		}
+		if kind, ok := kinds[name]; !ok {
+			t.Errorf("%s is served but not in the catalogue (docs/metrics.md)", name)
+		} else if got := strings.ToLower(f.GetType().String()); got != kind {
+			t.Errorf("%s is served as a %s, the catalogue says %s", name, got, kind)
+		}
+	}
 }

@@ -1,0 +1,282 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/metricsdoc"
+	"tusk.dev/tusk/internal/pki"
+	"tusk.dev/tusk/internal/postgres"
+)
+
+// MetricsCatalogue is every metric the operator serves besides
+// controller-runtime's (controller_runtime_*, workqueue_*, rest_client_*)
+// and the Go runtime's: docs/metrics.md is rendered from it.
+var MetricsCatalogue = metricsdoc.New("the operator's metrics port (`--metrics-bind-address`, `:8443`, HTTPS with `--metrics-secure`), `/metrics`")
+
+// clusterDescs are the descriptors of the metrics clusterCollector
+// serves, for Describe.
+var clusterDescs []*prometheus.Desc
+
+func defineCluster(kind metricsdoc.Kind, name, help string, labels ...string) *prometheus.Desc {
+	d := MetricsCatalogue.Desc(kind, name, help, append([]string{"namespace", "cluster"}, labels...)...)
+	clusterDescs = append(clusterDescs, d)
+	return d
+}
+
+// The metrics of each cluster, read from its status (and its backups'
+// and certificates') when Prometheus scrapes: they tell what the status
+// tells, and a deleted cluster leaves no series behind.
+var (
+	descInstances      = defineCluster(metricsdoc.Gauge, "tusk_cluster_instances", "Instances the cluster's spec asks for.")
+	descInstancesReady = defineCluster(metricsdoc.Gauge, "tusk_cluster_instances_ready", "Instances that are ready (status.readyInstances).")
+	descPrimary        = defineCluster(metricsdoc.Gauge, "tusk_cluster_primary_info", "1 for the instance that is the cluster's primary (status.currentPrimary).", "instance")
+	descPhase          = defineCluster(metricsdoc.Gauge, "tusk_cluster_phase", "1 for the cluster's phase (status.phase), 0 for the others.", "phase")
+	descReady          = defineCluster(metricsdoc.Gauge, "tusk_cluster_ready", "1 while the cluster's Ready condition is True, else 0.")
+	descInstanceLag    = defineCluster(metricsdoc.Gauge, "tusk_cluster_instance_lag_bytes", "How far each replica's replay is behind the primary, as the operator last saw it.", "instance")
+	descQuorumRequired = defineCluster(metricsdoc.Gauge, "tusk_cluster_synchronous_standbys_required", "How many standbys confirm each commit (synchronous replication); absent without it.")
+	descQuorumReady    = defineCluster(metricsdoc.Gauge, "tusk_cluster_synchronous_standbys_ready", "Standbys named in the synchronous quorum that are ready; below tusk_cluster_synchronous_standbys_required, commits wait.")
+	descArchiveFailing = defineCluster(metricsdoc.Gauge, "tusk_cluster_archive_failing", "1 while WAL archiving fails (status.archive.failing), else 0; absent without archiving.")
+	descArchivedAt     = defineCluster(metricsdoc.Gauge, "tusk_cluster_archive_last_archived_timestamp_seconds", "When the last WAL file was archived (Unix time).")
+	descArchiveLagSegs = defineCluster(metricsdoc.Gauge, "tusk_cluster_archive_lag_segments", "Completed WAL segments of the primary not yet archived.")
+	descArchiveLagSecs = defineCluster(metricsdoc.Gauge, "tusk_cluster_archive_lag_seconds", "While completed segments wait to be archived: time since the last one was archived; else 0.")
+	descBackupAt       = defineCluster(metricsdoc.Gauge, "tusk_backup_last_completed_timestamp_seconds", "When the cluster's last completed base backup completed (Unix time).")
+	descBackupSize     = defineCluster(metricsdoc.Gauge, "tusk_backup_last_completed_size_bytes", "Size of the cluster's last completed base backup.")
+	descRecoverable    = defineCluster(metricsdoc.Gauge, "tusk_backup_first_recoverability_point_timestamp_seconds", "The earliest time the cluster can be recovered to from its object store (Unix time), as retention last saw it.")
+	descScheduledAt    = defineCluster(metricsdoc.Gauge, "tusk_backup_last_schedule_timestamp_seconds", "The scheduled time of the last backup the cluster's schedule created (Unix time).")
+	descCertExpiry     = defineCluster(metricsdoc.Gauge, "tusk_cluster_certificate_expiry_timestamp_seconds", "When each certificate Tusk keeps for the cluster expires (Unix time): the CA, the server's, the replication client's.", "certificate")
+)
+
+// clusterPhases are the values tusk_cluster_phase reports, one series each.
+var clusterPhases = []tuskv1alpha1.ClusterPhase{
+	tuskv1alpha1.ClusterPhasePending, tuskv1alpha1.ClusterPhaseCreating, tuskv1alpha1.ClusterPhaseHealthy,
+	tuskv1alpha1.ClusterPhaseDegraded, tuskv1alpha1.ClusterPhaseScaling, tuskv1alpha1.ClusterPhaseUpdating,
+	tuskv1alpha1.ClusterPhaseSwitchingOver, tuskv1alpha1.ClusterPhaseFailingOver, tuskv1alpha1.ClusterPhaseFailed,
+}
+
+// ClusterCollector serves every cluster's metrics from the operator's
+// cache at scrape time.
+type ClusterCollector struct {
+	Reader client.Reader
+}
+
+// Describe implements prometheus.Collector.
+func (c ClusterCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range clusterDescs {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c ClusterCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var clusters tuskv1alpha1.PostgresClusterList
+	var backups tuskv1alpha1.PostgresBackupList
+	var secrets corev1.SecretList
+	for _, list := range []client.ObjectList{&clusters, &backups} {
+		if err := c.Reader.List(ctx, list); err != nil {
+			log.FromContext(ctx).Error(err, "Listing for the cluster metrics")
+			return
+		}
+	}
+	if err := c.Reader.List(ctx, &secrets, client.HasLabels{LabelCluster}); err != nil {
+		log.FromContext(ctx).Error(err, "Listing Secrets for the certificate metrics")
+	}
+	last := lastCompletedBackups(backups.Items)
+	certs := certificateExpiries(secrets.Items)
+	now := time.Now()
+	for i := range clusters.Items {
+		cl := &clusters.Items[i]
+		key := client.ObjectKeyFromObject(cl)
+		for _, m := range clusterMetrics(cl, last[key], certs[key], now) {
+			ch <- m
+		}
+	}
+}
+
+// clusterMetrics are one cluster's metrics: its status, its last
+// completed backup (nil for none) and its certificates' expiries.
+func clusterMetrics(c *tuskv1alpha1.PostgresCluster, lastBackup *tuskv1alpha1.PostgresBackup, certs map[string]time.Time, now time.Time) []prometheus.Metric {
+	st := &c.Status
+	ns, name := c.Namespace, c.Name
+	out := []prometheus.Metric{
+		clusterGauge(descInstances, float64(c.Spec.Instances), ns, name),
+		clusterGauge(descInstancesReady, float64(st.ReadyInstances), ns, name),
+		clusterGauge(descReady, boolFloat(meta.IsStatusConditionTrue(st.Conditions, ConditionReady)), ns, name),
+	}
+	if st.CurrentPrimary != "" {
+		out = append(out, clusterGauge(descPrimary, 1, ns, name, st.CurrentPrimary))
+	}
+	for _, p := range clusterPhases {
+		out = append(out, clusterGauge(descPhase, boolFloat(st.Phase == p), ns, name, string(p)))
+	}
+	for _, in := range st.Instances {
+		if in.LagBytes != nil {
+			out = append(out, clusterGauge(descInstanceLag, float64(*in.LagBytes), ns, name, in.Name))
+		}
+	}
+	out = append(out, quorumMetrics(c)...)
+	out = append(out, archiveMetrics(c, now)...)
+	out = append(out, backupMetrics(c, lastBackup)...)
+	for cert, at := range certs {
+		out = append(out, clusterGauge(descCertExpiry, unixSeconds(at), ns, name, cert))
+	}
+	return out
+}
+
+func quorumMetrics(c *tuskv1alpha1.PostgresCluster) []prometheus.Metric {
+	q := c.Status.SynchronousQuorum
+	if q == nil {
+		return nil
+	}
+	ready := 0
+	for _, in := range c.Status.Instances {
+		if in.Ready && slices.Contains(q.Standbys, in.Name) {
+			ready++
+		}
+	}
+	return []prometheus.Metric{
+		clusterGauge(descQuorumRequired, float64(q.Number), c.Namespace, c.Name),
+		clusterGauge(descQuorumReady, float64(ready), c.Namespace, c.Name),
+	}
+}
+
+// archiveMetrics compare the last archived WAL file with the primary's
+// current position: segments completed since are waiting to be archived.
+func archiveMetrics(c *tuskv1alpha1.PostgresCluster, now time.Time) []prometheus.Metric {
+	a := c.Status.Archive
+	if a == nil {
+		return nil
+	}
+	ns, name := c.Namespace, c.Name
+	out := []prometheus.Metric{clusterGauge(descArchiveFailing, boolFloat(a.Failing), ns, name)}
+	if a.LastArchivedTime != nil {
+		out = append(out, clusterGauge(descArchivedAt, unixSeconds(a.LastArchivedTime.Time), ns, name))
+	}
+	archived, ok := walFileSegment(a.LastArchivedWAL)
+	current, ok2 := primaryLSNSegment(c)
+	if !ok || !ok2 {
+		return out
+	}
+	// The segment the primary writes is not complete: it is not behind.
+	behind := max(int64(current)-int64(archived)-1, 0)
+	out = append(out, clusterGauge(descArchiveLagSegs, float64(behind), ns, name))
+	lag := 0.0
+	if behind > 0 && a.LastArchivedTime != nil {
+		lag = max(now.Sub(a.LastArchivedTime.Time).Seconds(), 0)
+	}
+	return append(out, clusterGauge(descArchiveLagSecs, lag, ns, name))
+}
+
+func backupMetrics(c *tuskv1alpha1.PostgresCluster, last *tuskv1alpha1.PostgresBackup) []prometheus.Metric {
+	ns, name := c.Namespace, c.Name
+	var out []prometheus.Metric
+	if last != nil {
+		out = append(out,
+			clusterGauge(descBackupAt, unixSeconds(last.Status.CompletedAt.Time), ns, name),
+			clusterGauge(descBackupSize, float64(last.Status.SizeBytes), ns, name))
+	}
+	if b := c.Status.Backup; b != nil {
+		for d, t := range map[*prometheus.Desc]*metav1.Time{descRecoverable: b.FirstRecoverabilityPoint, descScheduledAt: b.LastScheduleTime} {
+			if t != nil {
+				out = append(out, clusterGauge(d, unixSeconds(t.Time), ns, name))
+			}
+		}
+	}
+	return out
+}
+
+// lastCompletedBackups is each cluster's most recently completed backup.
+func lastCompletedBackups(backups []tuskv1alpha1.PostgresBackup) map[client.ObjectKey]*tuskv1alpha1.PostgresBackup {
+	last := map[client.ObjectKey]*tuskv1alpha1.PostgresBackup{}
+	for i := range backups {
+		b := &backups[i]
+		if b.Status.Phase != tuskv1alpha1.BackupPhaseCompleted || b.Status.CompletedAt == nil {
+			continue
+		}
+		key := client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.Cluster.Name}
+		if prev := last[key]; prev == nil || prev.Status.CompletedAt.Before(b.Status.CompletedAt) {
+			last[key] = b
+		}
+	}
+	return last
+}
+
+// certificateSecrets are the certificates Tusk keeps for a cluster, by the
+// name the metric gives them: the Secret's suffix and the key.
+var certificateSecrets = []struct{ suffix, key, certificate string }{
+	{"-ca", keyCACert, "ca"},
+	{"-ca", keyClientCACert, "client-ca"},
+	{"-server", "tls.crt", "server"},
+	{"-replication", "tls.crt", "replication"},
+}
+
+// certificateExpiries reads when each cluster's certificates expire from
+// its Secrets, keyed by cluster and certificate.
+func certificateExpiries(secrets []corev1.Secret) map[client.ObjectKey]map[string]time.Time {
+	out := map[client.ObjectKey]map[string]time.Time{}
+	for i := range secrets {
+		s := &secrets[i]
+		cluster := s.Labels[LabelCluster]
+		for _, c := range certificateSecrets {
+			if s.Name != cluster+c.suffix {
+				continue
+			}
+			cert, err := pki.ParseCertificate(s.Data[c.key])
+			if err != nil {
+				continue
+			}
+			key := client.ObjectKey{Namespace: s.Namespace, Name: cluster}
+			if out[key] == nil {
+				out[key] = map[string]time.Time{}
+			}
+			out[key][c.certificate] = cert.NotAfter
+		}
+	}
+	return out
+}
+
+// walFileSegment is the segment number of a WAL file name (a ".partial"
+// one's too), for the default segment size (Tusk's initdb does not change
+// it). A timeline history file has none.
+func walFileSegment(name string) (uint64, bool) {
+	seg, err := postgres.ParseWALFileName(strings.TrimSuffix(name, postgres.PartialSuffix), postgres.DefaultWALSegmentSize)
+	return seg.Number, err == nil
+}
+
+// primaryLSNSegment is the segment the primary writes, from the LSN its
+// instance status reports.
+func primaryLSNSegment(c *tuskv1alpha1.PostgresCluster) (uint64, bool) {
+	for _, in := range c.Status.Instances {
+		if in.Name != c.Status.CurrentPrimary || in.LSN == "" {
+			continue
+		}
+		lsn, err := postgres.ParseLSN(in.LSN)
+		return uint64(lsn) / postgres.DefaultWALSegmentSize, err == nil
+	}
+	return 0, false
+}
+
+func clusterGauge(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
+	return prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+func unixSeconds(t time.Time) float64 { return float64(t.UnixMilli()) / 1000 }
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
