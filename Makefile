@@ -79,9 +79,9 @@ unit: ## Unit tests: pure functions, no servers.
 	$(GOTESTSUM) --format testname -- $(GO_TEST_FLAGS) ./...
 
 .PHONY: integration
-integration: ## Unit tests plus integration tests: controllers and CRDs on a real kube-apiserver and etcd (envtest), the instance manager on real PostgreSQL, backups on a real S3 server (MinIO).
+integration: ## Unit tests plus integration tests: controllers and CRDs on a real kube-apiserver and etcd (envtest), the instance manager on real PostgreSQL, backups on a real S3 server (MinIO), alert rules and scrapes with a real promtool.
 	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh kube-apiserver etcd) TUSK_PG_BINDIR=$$(hack/install-postgres.sh) \
-	TUSK_MINIO_BIN=$$(hack/install-minio.sh) \
+	TUSK_MINIO_BIN=$$(hack/install-minio.sh) TUSK_PROMETHEUS_BINDIR=$$(hack/install-prometheus.sh) \
 		$(GOTESTSUM) --format testname -- $(GO_TEST_FLAGS) -tags integration ./...
 
 .PHONY: bench
@@ -113,6 +113,10 @@ bench-cluster: ## Cluster figures on the cluster in KUBECONFIG (after make image
 .PHONY: minio
 minio: ## Build the MinIO server the backup tests run as their S3 server and print where it is.
 	@hack/install-minio.sh
+
+.PHONY: prometheus
+prometheus: ## Build Prometheus and promtool (the rules' and metrics' tests, e2e monitoring) and print their directory.
+	@hack/install-prometheus.sh
 
 .PHONY: envtest-assets
 envtest-assets: ## Build kube-apiserver and etcd for envtest and print where they are.

@@ -25,6 +25,7 @@ Besides these, the operator serves controller-runtime's
 (` + "`controller_runtime_reconcile_total`" + `, ` + "`controller_runtime_reconcile_errors_total`" + `,
 ` + "`controller_runtime_reconcile_time_seconds`" + ` per controller, ` + "`workqueue_*`" + `,
 ` + "`rest_client_*`" + `) and both serve the Go runtime's (` + "`go_*`" + `, ` + "`process_*`" + `).
+How to scrape them and alert on them: [monitoring.md](monitoring.md).
 `
 
 // TestMetricsDocMatchesTheCode: docs/metrics.md is what the catalogues

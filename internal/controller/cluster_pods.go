@@ -44,7 +44,21 @@ func instancePod(c *tuskv1alpha1.PostgresCluster, name string, role instanceapi.
 		Spec: instancePodSpec(c, name, managerImage),
 	}
 	setAnnotation(pod, AnnotationHash, podSpecHash(c, managerImage))
+	for k, v := range prometheusAnnotations {
+		setAnnotation(pod, k, v)
+	}
 	return pod
+}
+
+// prometheusAnnotations let a Prometheus that discovers pods by the common
+// prometheus.io annotations scrape each instance's /metrics (HTTPS on the
+// manager's port); config/monitoring ships configurations that also add
+// the labels the alert rules need.
+var prometheusAnnotations = map[string]string{
+	"prometheus.io/scrape": "true",
+	"prometheus.io/scheme": "https",
+	"prometheus.io/port":   strconv.Itoa(instanceapi.DefaultStatusPort),
+	"prometheus.io/path":   instanceapi.PathMetrics,
 }
 
 // podSpecHash identifies everything a pod is built from except its name:
