@@ -3,13 +3,17 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"tusk.dev/tusk/internal/testenv"
 )
@@ -45,6 +49,8 @@ func TestClusterCollectorReadsTheCache(t *testing.T) {
 		}
 	}
 
+	checkOperatorScrape(t, collector)
+
 	if err := env.Client.Delete(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +60,32 @@ func TestClusterCollectorReadsTheCache(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// checkOperatorScrape renders what the operator's endpoint serves
+// (controller-runtime's registry, Tusk's counters on it, and the cluster
+// collector) as Prometheus scrapes it, and has promtool check it.
+func checkOperatorScrape(t *testing.T, collector prometheus.Collector) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(collector); err != nil {
+		t.Fatal(err)
+	}
+	families, err := prometheus.Gatherers{ctrlmetrics.Registry, reg}.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, f := range families {
+		if err := enc.Encode(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !strings.Contains(buf.String(), "tusk_cluster_instances{") {
+		t.Fatalf("the scrape lacks the cluster metrics:\n%s", buf.String())
+	}
+	testenv.CheckMetrics(t, buf.String())
 }
 
 // scrapeCluster collects the cluster's series by metric name.

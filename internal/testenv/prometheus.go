@@ -3,7 +3,9 @@ package testenv
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -28,4 +30,16 @@ func RequirePromtool(t testing.TB) string {
 	}
 	t.Skip(err)
 	return ""
+}
+
+// CheckMetrics runs `promtool check metrics` on a scrape (the text
+// exposition format): it fails the test on what promtool reports, such as
+// a counter without _total or a unit that is not a base unit.
+func CheckMetrics(t testing.TB, scrape string) {
+	t.Helper()
+	cmd := exec.Command(RequirePromtool(t), "check", "metrics")
+	cmd.Stdin = strings.NewReader(scrape)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"tusk.dev/tusk/internal/instance"
 	"tusk.dev/tusk/internal/instanceapi"
+	"tusk.dev/tusk/internal/testenv"
 )
 
 // TestReplicatedLifecycle walks one cluster through what the operator will
@@ -68,6 +69,7 @@ func TestReplicatedLifecycle(t *testing.T) {
 			}
 		}
 		checkMetricsCatalogued(t, text)
+		testenv.CheckMetrics(t, text)
 		if text := replica1.metrics(); !strings.Contains(text, `tusk_pg_role{role="replica"} 1`) {
 			t.Error("a replica's /metrics does not say it is a replica")
 		} else {
