@@ -695,6 +695,11 @@ const AnnotationFencedInstances = "tusk.dev/fenced-instances"
 // FenceAll in AnnotationFencedInstances fences every instance.
 const FenceAll = "*"
 
+// LabelCluster names the PostgresCluster an object belongs to: the operator
+// puts it on every object it makes for a cluster (pods, volumes, Services,
+// Secrets...), so `-l tusk.dev/cluster=<name>` selects them all.
+const LabelCluster = "tusk.dev/cluster"
+
 // HighAvailabilitySpec sets the timings of the primary's Lease
 // (docs/high-availability.md). The primary renews the Lease every
 // leaseRenewInterval; one that could not renew stops taking writes

@@ -28,8 +28,10 @@ var MetricsCatalogue = metricsdoc.New("the operator's metrics port (`--metrics-b
 // serves, for Describe.
 var clusterDescs []*prometheus.Desc
 
-func defineCluster(kind metricsdoc.Kind, name, help string, labels ...string) *prometheus.Desc {
-	d := MetricsCatalogue.Desc(kind, name, help, append([]string{"namespace", "cluster"}, labels...)...)
+// defineCluster defines a gauge about a cluster: every cluster metric is
+// one, read from the cluster's objects.
+func defineCluster(name, help string, labels ...string) *prometheus.Desc {
+	d := MetricsCatalogue.Desc(metricsdoc.Gauge, name, help, append([]string{"namespace", "cluster"}, labels...)...)
 	clusterDescs = append(clusterDescs, d)
 	return d
 }
@@ -38,23 +40,23 @@ func defineCluster(kind metricsdoc.Kind, name, help string, labels ...string) *p
 // and certificates') when Prometheus scrapes: they tell what the status
 // tells, and a deleted cluster leaves no series behind.
 var (
-	descInstances      = defineCluster(metricsdoc.Gauge, "tusk_cluster_instances", "Instances the cluster's spec asks for.")
-	descInstancesReady = defineCluster(metricsdoc.Gauge, "tusk_cluster_instances_ready", "Instances that are ready (status.readyInstances).")
-	descPrimary        = defineCluster(metricsdoc.Gauge, "tusk_cluster_primary_info", "1 for the instance that is the cluster's primary (status.currentPrimary).", "instance")
-	descPhase          = defineCluster(metricsdoc.Gauge, "tusk_cluster_phase", "1 for the cluster's phase (status.phase), 0 for the others.", "phase")
-	descReady          = defineCluster(metricsdoc.Gauge, "tusk_cluster_ready", "1 while the cluster's Ready condition is True, else 0.")
-	descInstanceLag    = defineCluster(metricsdoc.Gauge, "tusk_cluster_instance_lag_bytes", "How far each replica's replay is behind the primary, as the operator last saw it.", "instance")
-	descQuorumRequired = defineCluster(metricsdoc.Gauge, "tusk_cluster_synchronous_standbys_required", "How many standbys confirm each commit (synchronous replication); absent without it.")
-	descQuorumReady    = defineCluster(metricsdoc.Gauge, "tusk_cluster_synchronous_standbys_ready", "Standbys named in the synchronous quorum that are ready; below tusk_cluster_synchronous_standbys_required, commits wait.")
-	descArchiveFailing = defineCluster(metricsdoc.Gauge, "tusk_cluster_archive_failing", "1 while WAL archiving fails (status.archive.failing), else 0; absent without archiving.")
-	descArchivedAt     = defineCluster(metricsdoc.Gauge, "tusk_cluster_archive_last_archived_timestamp_seconds", "When the last WAL file was archived (Unix time).")
-	descArchiveLagSegs = defineCluster(metricsdoc.Gauge, "tusk_cluster_archive_lag_segments", "Completed WAL segments of the primary not yet archived.")
-	descArchiveLagSecs = defineCluster(metricsdoc.Gauge, "tusk_cluster_archive_lag_seconds", "While completed segments wait to be archived: time since the last one was archived; else 0.")
-	descBackupAt       = defineCluster(metricsdoc.Gauge, "tusk_backup_last_completed_timestamp_seconds", "When the cluster's last completed base backup completed (Unix time).")
-	descBackupSize     = defineCluster(metricsdoc.Gauge, "tusk_backup_last_completed_size_bytes", "Size of the cluster's last completed base backup.")
-	descRecoverable    = defineCluster(metricsdoc.Gauge, "tusk_backup_first_recoverability_point_timestamp_seconds", "The earliest time the cluster can be recovered to from its object store (Unix time), as retention last saw it.")
-	descScheduledAt    = defineCluster(metricsdoc.Gauge, "tusk_backup_last_schedule_timestamp_seconds", "The scheduled time of the last backup the cluster's schedule created (Unix time).")
-	descCertExpiry     = defineCluster(metricsdoc.Gauge, "tusk_cluster_certificate_expiry_timestamp_seconds", "When each certificate Tusk keeps for the cluster expires (Unix time): the CA, the server's, the replication client's.", "certificate")
+	descInstances      = defineCluster("tusk_cluster_instances", "Instances the cluster's spec asks for.")
+	descInstancesReady = defineCluster("tusk_cluster_instances_ready", "Instances that are ready (status.readyInstances).")
+	descPrimary        = defineCluster("tusk_cluster_primary_info", "1 for the instance that is the cluster's primary (status.currentPrimary).", "instance")
+	descPhase          = defineCluster("tusk_cluster_phase", "1 for the cluster's phase (status.phase), 0 for the others.", "phase")
+	descReady          = defineCluster("tusk_cluster_ready", "1 while the cluster's Ready condition is True, else 0.")
+	descInstanceLag    = defineCluster("tusk_cluster_instance_lag_bytes", "How far each replica's replay is behind the primary, as the operator last saw it.", "instance")
+	descQuorumRequired = defineCluster("tusk_cluster_synchronous_standbys_required", "How many standbys confirm each commit (synchronous replication); absent without it.")
+	descQuorumReady    = defineCluster("tusk_cluster_synchronous_standbys_ready", "Standbys named in the synchronous quorum that are ready; below tusk_cluster_synchronous_standbys_required, commits wait.")
+	descArchiveFailing = defineCluster("tusk_cluster_archive_failing", "1 while WAL archiving fails (status.archive.failing), else 0; absent without archiving.")
+	descArchivedAt     = defineCluster("tusk_cluster_archive_last_archived_timestamp_seconds", "When the last WAL file was archived (Unix time).")
+	descArchiveLagSegs = defineCluster("tusk_cluster_archive_lag_segments", "Completed WAL segments of the primary not yet archived.")
+	descArchiveLagSecs = defineCluster("tusk_cluster_archive_lag_seconds", "While completed segments wait to be archived: time since the last one was archived; else 0.")
+	descBackupAt       = defineCluster("tusk_backup_last_completed_timestamp_seconds", "When the cluster's last completed base backup completed (Unix time).")
+	descBackupSize     = defineCluster("tusk_backup_last_completed_size_bytes", "Size of the cluster's last completed base backup.")
+	descRecoverable    = defineCluster("tusk_backup_first_recoverability_point_timestamp_seconds", "The earliest time the cluster can be recovered to from its object store (Unix time), as retention last saw it.")
+	descScheduledAt    = defineCluster("tusk_backup_last_schedule_timestamp_seconds", "The scheduled time of the last backup the cluster's schedule created (Unix time).")
+	descCertExpiry     = defineCluster("tusk_cluster_certificate_expiry_timestamp_seconds", "When each certificate Tusk keeps for the cluster expires (Unix time): the CA, the server's, the replication client's.", "certificate")
 )
 
 // clusterPhases are the values tusk_cluster_phase reports, one series each.
@@ -170,7 +172,10 @@ func archiveMetrics(c *tuskv1alpha1.PostgresCluster, now time.Time) []prometheus
 		return out
 	}
 	// The segment the primary writes is not complete: it is not behind.
-	behind := max(int64(current)-int64(archived)-1, 0)
+	var behind uint64
+	if current > archived+1 {
+		behind = current - archived - 1
+	}
 	out = append(out, clusterGauge(descArchiveLagSegs, float64(behind), ns, name))
 	lag := 0.0
 	if behind > 0 && a.LastArchivedTime != nil {

@@ -11,7 +11,7 @@ import (
 // Labels Tusk puts on the objects it creates.
 const (
 	// LabelCluster names the PostgresCluster an object belongs to.
-	LabelCluster = "tusk.dev/cluster"
+	LabelCluster = tuskv1alpha1.LabelCluster
 	// LabelInstance names the instance a pod or volume is.
 	LabelInstance = "tusk.dev/instance"
 	// LabelRole is primary or replica: the role Tusk wants the pod to

@@ -28,10 +28,6 @@ import (
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 )
 
-// labelCluster is the label the operator puts on every object of a
-// cluster (controller.LabelCluster).
-const labelCluster = "tusk.dev/cluster"
-
 // redacted replaces every secret value in the report.
 const redacted = "[REDACTED]"
 
@@ -151,7 +147,7 @@ func (b *bundle) addObject(c client.Client, path string, objs ...client.Object) 
 // addClusterObjects writes the objects of the cluster by kind and returns
 // its pods.
 func (ro *reportOptions) addClusterObjects(ctx context.Context, c client.Client, b *bundle, cluster *tuskv1alpha1.PostgresCluster) []corev1.Pod {
-	inCluster := []client.ListOption{client.InNamespace(cluster.Namespace), client.MatchingLabels{labelCluster: cluster.Name}}
+	inCluster := []client.ListOption{client.InNamespace(cluster.Namespace), client.MatchingLabels{tuskv1alpha1.LabelCluster: cluster.Name}}
 	var pods corev1.PodList
 	lists := map[string]client.ObjectList{
 		"pods.yaml":            &pods,
@@ -220,7 +216,7 @@ func (ro *reportOptions) addSecretNames(ctx context.Context, c client.Client, b 
 		fmt.Fprintf(&listing, "%s (%s): %s\n", s.Name, s.Type, strings.Join(keys, ", "))
 	}
 	var secrets corev1.SecretList
-	if err := c.List(ctx, &secrets, client.InNamespace(cluster.Namespace), client.MatchingLabels{labelCluster: cluster.Name}); err != nil {
+	if err := c.List(ctx, &secrets, client.InNamespace(cluster.Namespace), client.MatchingLabels{tuskv1alpha1.LabelCluster: cluster.Name}); err != nil {
 		b.note("secrets.txt: the cluster's Secrets could not be listed (%v): only the patterns below were redacted", err)
 	}
 	for i := range secrets.Items {
@@ -410,7 +406,7 @@ verifier and password in a connection string is replaced by [REDACTED].
 // writeZip writes files under dir in a new zip at path, which must not
 // exist: a report never overwrites a file.
 func writeZip(path, dir string, files map[string][]byte) (err error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600) //nolint:gosec // the file the user asked for (-o)
 	if err != nil {
 		return fmt.Errorf("while creating the report: %w", err)
 	}

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"tusk.dev/tusk/internal/controller"
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 	"tusk.dev/tusk/internal/pki"
 )
 
@@ -25,9 +25,6 @@ import (
 // (an Event, a ConfigMap); what it could not read (the logs of a pod no
 // kubelet runs) is said in README.txt.
 func TestReportRedactsEverySecret(t *testing.T) {
-	if labelCluster != controller.LabelCluster {
-		t.Fatalf("the plugin's cluster label %q is not the operator's %q", labelCluster, controller.LabelCluster)
-	}
 	c, ns := newCluster(t, healthyCluster)
 	ctx := context.Background()
 	const password = "s3cr3t-pass-42"
@@ -35,7 +32,7 @@ func TestReportRedactsEverySecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	labels := map[string]string{labelCluster: c.Name}
+	labels := map[string]string{tuskv1alpha1.LabelCluster: c.Name}
 	objects := []client.Object{
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "orders-app", Namespace: ns, Labels: labels},
 			Data: map[string][]byte{"username": []byte("app"), "password": []byte(password)}},
