@@ -97,6 +97,7 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.Get(ctx, req.NamespacedName, c); err != nil {
 		if client.IgnoreNotFound(err) == nil {
 			r.clients.forget(req.NamespacedName)
+			forgetClusterCounters(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}

@@ -257,6 +257,7 @@ func (r *ClusterReconciler) recordFailover(ctx context.Context, c *tuskv1alpha1.
 		return err
 	}
 	r.event(c, corev1.EventTypeWarning, ReasonFailedOver, "Failover", "%s is the primary in place of %s (%s)", promoted.name, from, why)
+	observePrimaryChange(c, "failover")
 	err := r.reconcileRoleLabels(ctx, c, v)
 	// Even when a label could not move: a synchronous primary holds every
 	// commit until a standby streams from it.

@@ -246,6 +246,7 @@ func (r *ClusterReconciler) reconcileSwitchover(ctx context.Context, c *tuskv1al
 		return true, err
 	}
 	r.event(c, corev1.EventTypeNormal, "SwitchedOver", "Switchover", "%s is the primary; %s follows it", target.name, from)
+	observePrimaryChange(c, "switchover")
 	return false, nil
 }
 
