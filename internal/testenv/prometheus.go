@@ -43,3 +43,25 @@ func CheckMetrics(t testing.TB, scrape string) {
 		t.Errorf("promtool check metrics: %v\n%s", err, out)
 	}
 }
+
+// PrometheusOperatorCRDsEnv names the directory of the Prometheus
+// Operator's CRDs; `make integration` sets it from
+// hack/install-prometheus-operator-crds.sh.
+const PrometheusOperatorCRDsEnv = "TUSK_PROMETHEUS_OPERATOR_CRDS"
+
+// RequirePrometheusOperatorCRDs returns the directory of the Prometheus
+// Operator's CRDs, skipping the test when it is not set, or failing it
+// under CI.
+func RequirePrometheusOperatorCRDs(t testing.TB) string {
+	t.Helper()
+	dir := os.Getenv(PrometheusOperatorCRDsEnv)
+	if dir != "" {
+		return dir
+	}
+	err := errors.New(PrometheusOperatorCRDsEnv + " is not set: run hack/install-prometheus-operator-crds.sh and export it")
+	if os.Getenv("CI") == "true" {
+		t.Fatal(err)
+	}
+	t.Skip(err)
+	return ""
+}

@@ -37,14 +37,14 @@ func RepoRoot() string {
 }
 
 // Start starts the API server and etcd and installs the CRDs from
-// config/crd/bases. Call Stop when done.
-func Start() (*Env, error) {
+// config/crd/bases, and from extraCRDDirs. Call Stop when done.
+func Start(extraCRDDirs ...string) (*Env, error) {
 	assets, err := binaryAssets()
 	if err != nil {
 		return nil, err
 	}
 	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "config", "crd", "bases")},
+		CRDDirectoryPaths:     append([]string{filepath.Join(RepoRoot(), "config", "crd", "bases")}, extraCRDDirs...),
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: assets,
 	}

@@ -1,0 +1,83 @@
+//go:build integration
+
+package monitoring
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"tusk.dev/tusk/internal/testenv"
+)
+
+// TestMonitoringComponentIsAccepted: config/monitoring, added as a
+// component to the default install the way docs/monitoring.md says,
+// renders with kustomize, and the API server accepts its PodMonitors and
+// PrometheusRule against the Prometheus Operator's own CRDs with strict
+// field validation: a misspelt or misplaced field fails here.
+func TestMonitoringComponentIsAccepted(t *testing.T) {
+	env, err := testenv.Start(testenv.RequirePrometheusOperatorCRDs(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = env.Stop() }()
+
+	kinds := map[string]int{}
+	for _, obj := range renderWithComponent(t) {
+		switch obj.GetAPIVersion() {
+		case "monitoring.coreos.com/v1":
+		default:
+			continue // the default install is tested in test/manifests
+		}
+		kinds[obj.GetKind()]++
+		obj.SetNamespace("default")
+		if err := env.Client.Create(context.Background(), obj, client.FieldValidation("Strict")); err != nil {
+			t.Errorf("%s %s: %v", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	if kinds["PodMonitor"] != 2 || kinds["PrometheusRule"] != 1 {
+		t.Errorf("the component rendered %v, want 2 PodMonitors and a PrometheusRule", kinds)
+	}
+}
+
+// renderWithComponent renders config/default with config/monitoring as a
+// component, from a kustomization of the user's.
+func renderWithComponent(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	dir := t.TempDir()
+	rel := func(to string) string {
+		r, err := filepath.Rel(dir, filepath.Join(testenv.RepoRoot(), "config", to))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	k := "resources:\n  - " + rel("default") + "\ncomponents:\n  - " + rel("monitoring") + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("kubectl", "kustomize", dir).Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize with the monitoring component: %v", err)
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			return objs
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, u)
+	}
+}
