@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/user"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,6 +30,9 @@ type monitorSession struct {
 	// asSuperuser: the last attempt could not log in as the monitoring
 	// role (see withSuperuser), logged once until it can again.
 	asSuperuser bool
+	// inUse is the session a query runs on (this one or a superuser's),
+	// which close cuts without waiting for the query.
+	inUse atomic.Pointer[pgx.Conn]
 }
 
 // observe runs fn on the session, opening it when there is none, or when
@@ -39,7 +43,7 @@ func (s *monitorSession) observe(ctx context.Context, m *Manager, fn func(contex
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conn != nil && !s.conn.IsClosed() {
-		err := fn(ctx, s.conn)
+		err := s.run(ctx, s.conn, fn)
 		if err == nil || !s.conn.IsClosed() || ctx.Err() != nil {
 			return err
 		}
@@ -50,7 +54,14 @@ func (s *monitorSession) observe(ctx context.Context, m *Manager, fn func(contex
 		}
 		return err
 	}
-	return fn(ctx, s.conn)
+	return s.run(ctx, s.conn, fn)
+}
+
+// run runs fn on conn, where close can cut it.
+func (s *monitorSession) run(ctx context.Context, conn *pgx.Conn, fn func(context.Context, *pgx.Conn) error) error {
+	s.inUse.Store(conn)
+	defer s.inUse.Store(nil)
+	return fn(ctx, conn)
 }
 
 // open replaces the session with a new one, as the monitoring role.
@@ -92,13 +103,22 @@ func (s *monitorSession) withSuperuser(ctx context.Context, m *Manager, refused 
 		return err
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
-	return fn(ctx, conn)
+	return s.run(ctx, conn, fn)
 }
 
 // close ends the session; the caller has made sure no new one opens
-// (postgres no longer counts as running).
+// (postgres no longer counts as running). A query under way is cut rather
+// than waited for: postgres is being stopped, perhaps fenced because it
+// hangs, and its stop must not wait for a query's time limit.
 func (s *monitorSession) close() {
-	s.mu.Lock()
+	if !s.mu.TryLock() {
+		if conn := s.inUse.Load(); conn != nil {
+			// The network connection alone may be closed from another
+			// goroutine; the query on it fails at once.
+			_ = conn.PgConn().Conn().Close()
+		}
+		s.mu.Lock()
+	}
 	defer s.mu.Unlock()
 	s.closeLocked()
 }
