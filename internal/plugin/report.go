@@ -75,6 +75,9 @@ what could not be read.`,
 type bundle struct {
 	files map[string][]byte
 	notes []string
+	// objects are the kinds and names of the objects written, whose
+	// Events the report includes.
+	objects map[string]bool
 }
 
 func (b *bundle) add(path string, data []byte) { b.files[path] = data }
@@ -104,11 +107,11 @@ func (ro *reportOptions) run(ctx context.Context, name string) error {
 		return fmt.Errorf("while reading PostgresCluster %s/%s: %w", ns, name, err)
 	}
 	now := ro.now().UTC()
-	b := &bundle{files: map[string][]byte{}}
+	b := &bundle{files: map[string][]byte{}, objects: map[string]bool{}}
 	b.addObject(c, "cluster.yaml", cluster)
 	pods := ro.addClusterObjects(ctx, c, b, cluster)
 	secrets := ro.addSecretNames(ctx, c, b, cluster)
-	ro.addEvents(ctx, c, b, cluster, pods)
+	ro.addEvents(ctx, c, b, cluster)
 	ro.addLogs(ctx, clientset, b, cluster, pods)
 	b.add("README.txt", readme(cluster, ro.since, now, b.notes))
 	redact(b, secrets)
@@ -132,6 +135,7 @@ func (b *bundle) addObject(c client.Client, path string, objs ...client.Object) 
 		obj.SetManagedFields(nil)
 		if gvk, err := apiutil.GVKForObject(obj, c.Scheme()); err == nil {
 			obj.GetObjectKind().SetGroupVersionKind(gvk)
+			b.objects[gvk.Kind+"/"+obj.GetName()] = true
 		}
 		data, err := yaml.Marshal(obj)
 		if err != nil {
@@ -255,23 +259,17 @@ func namedSecrets(c *tuskv1alpha1.PostgresCluster) []string {
 	return names
 }
 
-// addEvents writes the Events about the cluster, its pods and volumes and
-// its backups, oldest first.
-func (ro *reportOptions) addEvents(ctx context.Context, c client.Client, b *bundle, cluster *tuskv1alpha1.PostgresCluster, pods []corev1.Pod) {
+// addEvents writes the Events about the objects the report holds (the
+// cluster, its pods, volumes, Services, backups...), oldest first.
+func (ro *reportOptions) addEvents(ctx context.Context, c client.Client, b *bundle, cluster *tuskv1alpha1.PostgresCluster) {
 	var events corev1.EventList
 	if err := c.List(ctx, &events, client.InNamespace(cluster.Namespace)); err != nil {
 		b.note("events.txt: %v", err)
 		return
 	}
-	about := map[string]bool{cluster.Name: true}
-	for _, p := range pods {
-		about[p.Name] = true
-	}
 	var lines []string
 	for _, e := range events.Items {
-		// A cluster's objects are named after it: <cluster>, <cluster>-N,
-		// <cluster>-<backup time>...
-		if !about[e.InvolvedObject.Name] && !strings.HasPrefix(e.InvolvedObject.Name, cluster.Name+"-") {
+		if !b.objects[e.InvolvedObject.Kind+"/"+e.InvolvedObject.Name] {
 			continue
 		}
 		at := e.LastTimestamp.Time

@@ -44,8 +44,12 @@ func TestReportRedactsEverySecret(t *testing.T) {
 			InvolvedObject: corev1.ObjectReference{Kind: "PostgresCluster", Name: c.Name, Namespace: ns},
 			Reason:         "Leaky", Type: corev1.EventTypeWarning, Count: 1, LastTimestamp: metav1.Now(),
 			Message: "the password is " + password + " and the key " + string(key.KeyPEM) + " and SCRAM-SHA-256$4096:c2FsdA==$c3RvcmVk:c2VydmVy"},
+		&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "orders-1.started", Namespace: ns},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "orders-1", Namespace: ns},
+			Reason:         "Started", Type: corev1.EventTypeNormal, Count: 1, LastTimestamp: metav1.Now(), Message: "started"},
 		&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "other.event", Namespace: ns},
-			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "unrelated", Namespace: ns},
+			// Another cluster's pod, whose name starts like this one's.
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "orders-archive-1", Namespace: ns},
 			Reason:         "NotAboutIt", Type: corev1.EventTypeNormal, Count: 1, LastTimestamp: metav1.Now(), Message: "elsewhere"},
 	}
 	for _, o := range objects {
@@ -66,7 +70,7 @@ func TestReportRedactsEverySecret(t *testing.T) {
 	}
 	expect := map[string][]string{
 		"cluster.yaml": {"kind: PostgresCluster", "currentPrimary: orders-1"},
-		"events.txt":   {"Leaky", "the password is [REDACTED]", "the key [REDACTED]"},
+		"events.txt":   {"Leaky", "the password is [REDACTED]", "the key [REDACTED]", "Pod/orders-1 Started"},
 		"secrets.txt":  {"orders-app (Opaque): password, username"},
 		"README.txt":   {"logs/orders-1: the pod has no container started"},
 	}
