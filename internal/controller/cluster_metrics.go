@@ -96,12 +96,15 @@ func (c ClusterCollector) Collect(ch chan<- prometheus.Metric) {
 		log.FromContext(ctx).Error(err, "Listing Secrets for the certificate metrics")
 	}
 	last := lastCompletedBackups(backups.Items)
-	certs := certificateExpiries(secrets.Items)
+	byName := make(map[client.ObjectKey]*corev1.Secret, len(secrets.Items))
+	for i := range secrets.Items {
+		byName[client.ObjectKeyFromObject(&secrets.Items[i])] = &secrets.Items[i]
+	}
 	now := time.Now()
 	for i := range clusters.Items {
 		cl := &clusters.Items[i]
-		key := client.ObjectKeyFromObject(cl)
-		for _, m := range clusterMetrics(cl, last[key], certs[key], now) {
+		certs := clusterCertificates(cl, byName)
+		for _, m := range clusterMetrics(cl, last[client.ObjectKeyFromObject(cl)], certs, now) {
 			ch <- m
 		}
 	}
@@ -218,35 +221,23 @@ func lastCompletedBackups(backups []tuskv1alpha1.PostgresBackup) map[client.Obje
 	return last
 }
 
-// certificateSecrets are the certificates Tusk keeps for a cluster, by the
-// name the metric gives them: the Secret's suffix and the key.
-var certificateSecrets = []struct{ suffix, key, certificate string }{
-	{"-ca", keyCACert, "ca"},
-	{"-ca", keyClientCACert, "client-ca"},
-	{"-server", "tls.crt", "server"},
-	{"-replication", "tls.crt", "replication"},
-}
-
-// certificateExpiries reads when each cluster's certificates expire from
-// its Secrets, keyed by cluster and certificate.
-func certificateExpiries(secrets []corev1.Secret) map[client.ObjectKey]map[string]time.Time {
-	out := map[client.ObjectKey]map[string]time.Time{}
-	for i := range secrets {
-		s := &secrets[i]
-		cluster := s.Labels[LabelCluster]
-		for _, c := range certificateSecrets {
-			if s.Name != cluster+c.suffix {
-				continue
-			}
-			cert, err := pki.ParseCertificate(s.Data[c.key])
-			if err != nil {
-				continue
-			}
-			key := client.ObjectKey{Namespace: s.Namespace, Name: cluster}
-			if out[key] == nil {
-				out[key] = map[string]time.Time{}
-			}
-			out[key][c.certificate] = cert.NotAfter
+// clusterCertificates reads when the certificates Tusk keeps for c expire,
+// by the name the metric gives them, from secrets (by namespace and name).
+// A certificate that is missing or unreadable has no series.
+func clusterCertificates(c *tuskv1alpha1.PostgresCluster, secrets map[client.ObjectKey]*corev1.Secret) map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, cert := range []struct{ name, secret, key string }{
+		{"ca", caSecretName(c), keyCACert},
+		{"client-ca", caSecretName(c), keyClientCACert},
+		{"server", serverSecretName(c), corev1.TLSCertKey},
+		{"replication", replicationSecretName(c), corev1.TLSCertKey},
+	} {
+		s := secrets[client.ObjectKey{Namespace: c.Namespace, Name: cert.secret}]
+		if s == nil {
+			continue
+		}
+		if parsed, err := pki.ParseCertificate(s.Data[cert.key]); err == nil {
+			out[cert.name] = parsed.NotAfter
 		}
 	}
 	return out

@@ -164,7 +164,7 @@ func TestLastCompletedBackups(t *testing.T) {
 	}
 }
 
-func TestCertificateExpiries(t *testing.T) {
+func TestClusterCertificates(t *testing.T) {
 	ca, err := pki.NewCA("test", 24*time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -173,17 +173,17 @@ func TestCertificateExpiries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	secret := func(ns, name, cluster, key string, data []byte) corev1.Secret {
-		return corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{LabelCluster: cluster}},
-			Data: map[string][]byte{key: data}}
+	c := &tuskv1alpha1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "db"}}
+	secrets := map[client.ObjectKey]*corev1.Secret{}
+	for _, s := range []*corev1.Secret{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "db-ca"}, Data: map[string][]byte{"ca.crt": ca.CertPEM}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "db-server"}, Data: map[string][]byte{"tls.crt": []byte("junk")}},  // unreadable: no series
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "db-replication"}, Data: map[string][]byte{"tls.crt": ca.CertPEM}}, // another namespace's cluster
+	} {
+		secrets[client.ObjectKeyFromObject(s)] = s
 	}
-	got := certificateExpiries([]corev1.Secret{
-		secret("a", "db-ca", "db", "ca.crt", ca.CertPEM),
-		secret("a", "db-app", "db", "ca.crt", ca.CertPEM),         // not a certificate Tusk keeps by that name
-		secret("a", "db-server", "db", "tls.crt", []byte("junk")), // unreadable: no series
-	})
-	want := caCert.NotAfter
-	if len(got) != 1 || len(got[client.ObjectKey{Namespace: "a", Name: "db"}]) != 1 || !got[client.ObjectKey{Namespace: "a", Name: "db"}]["ca"].Equal(want) {
-		t.Errorf("expiries %v, want only a/db's CA at %v", got, want)
+	got := clusterCertificates(c, secrets)
+	if len(got) != 1 || !got["ca"].Equal(caCert.NotAfter) {
+		t.Errorf("certificates %v, want only a/db's CA at %v", got, caCert.NotAfter)
 	}
 }

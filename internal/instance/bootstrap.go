@@ -140,6 +140,12 @@ func (m *Manager) createRolesAndDatabase(ctx context.Context, conn *pgx.Conn) er
 			return fmt.Errorf("while setting up the new cluster (%s): %w", firstWords(s, 3), err)
 		}
 	}
+	return m.grantRoleRights(ctx, conn)
+}
+
+// grantRoleRights gives the roles Tusk made what it uses them for: the
+// monitoring role its login, the replication role pg_rewind's rights.
+func (m *Manager) grantRoleRights(ctx context.Context, conn *pgx.Conn) error {
 	if err := m.grantMonitorRights(ctx, conn); err != nil {
 		return err
 	}

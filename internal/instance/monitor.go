@@ -138,7 +138,7 @@ func (s *monitorSession) closeLocked() {
 // than postgres not answering.
 func isLoginRefused(err error) bool {
 	pgErr, ok := errors.AsType[*pgconn.PgError](err)
-	return ok && (pgErr.Code == "28000" || pgErr.Code == "28P01") // invalid_authorization_specification, invalid_password
+	return isAuthFailure(err) || ok && pgErr.Code == "28000" // invalid_authorization_specification
 }
 
 // monitorLogin is who may log in as the monitoring role: this process's

@@ -401,10 +401,7 @@ func (m *Manager) reconcileRecoveredRoles(ctx context.Context, conn *pgx.Conn) e
 	if err := m.ensureRole(ctx, conn, replicationUser, create, replication); err != nil {
 		return err
 	}
-	if err := m.grantMonitorRights(ctx, conn); err != nil {
-		return err
-	}
-	if err := m.grantRewindRights(ctx, conn); err != nil {
+	if err := m.grantRoleRights(ctx, conn); err != nil {
 		return err
 	}
 	owner, database := m.opts.InitDB.Owner, m.opts.InitDB.Database

@@ -68,10 +68,7 @@ func (m *Manager) ensurePrimaryRights(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
-	if err := m.grantRewindRights(ctx, conn); err != nil {
-		return err
-	}
-	if err := m.grantMonitorRights(ctx, conn); err != nil {
+	if err := m.grantRoleRights(ctx, conn); err != nil {
 		return err
 	}
 	m.primaryRightsGranted = true

@@ -54,9 +54,7 @@ func (m *Manager) managerStatus() instanceapi.Status {
 func (m *Manager) addPostgresStatus(ctx context.Context, status *instanceapi.Status) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	asked := false
 	err := m.statusSession.observe(ctx, m, func(ctx context.Context, conn *pgx.Conn) error {
-		asked = true
 		observed := *status
 		if err := m.queryPostgresStatus(ctx, conn, &observed); err != nil {
 			return err
@@ -64,14 +62,9 @@ func (m *Manager) addPostgresStatus(ctx context.Context, status *instanceapi.Sta
 		*status = observed
 		return nil
 	})
-	switch {
-	case err == nil:
-	case !asked:
-		status.LastError = "postgres does not accept connections: " + err.Error()
-	default:
-		status.Role = instanceapi.RoleUnknown
-		status.Ready = false
-		status.LastError = err.Error()
+	if err != nil {
+		// status is the manager's part alone: role unknown, not ready.
+		status.LastError = "while asking postgres: " + err.Error()
 	}
 }
 

@@ -71,12 +71,9 @@ func (bo *backupOptions) run(ctx context.Context, cluster string) error {
 	if err != nil {
 		return err
 	}
-	c := &tuskv1alpha1.PostgresCluster{}
-	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster}, c); err != nil {
-		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("PostgresCluster %q not found in namespace %q (kubectl get pgc -n %s lists them)", cluster, ns, ns)
-		}
-		return fmt.Errorf("while reading PostgresCluster %s/%s: %w", ns, cluster, err)
+	c, err := getCluster(ctx, cl, ns, cluster)
+	if err != nil {
+		return err
 	}
 	if c.Spec.Backup == nil {
 		return fmt.Errorf("PostgresCluster %s has no spec.backup: set spec.backup.objectStore to archive its WAL and take base backups", cluster)

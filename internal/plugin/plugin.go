@@ -4,6 +4,7 @@
 package plugin
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -69,9 +70,9 @@ func (o *options) client() (client.Client, string, error) {
 
 // getCluster reads a PostgresCluster, with an error that says what to do
 // when it is not there.
-func getCluster(cmd *cobra.Command, c client.Client, ns, name string) (*tuskv1alpha1.PostgresCluster, error) {
+func getCluster(ctx context.Context, c client.Client, ns, name string) (*tuskv1alpha1.PostgresCluster, error) {
 	pgc := &tuskv1alpha1.PostgresCluster{}
-	if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: ns, Name: name}, pgc); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pgc); err != nil {
 		if client.IgnoreNotFound(err) == nil {
 			return nil, fmt.Errorf("PostgresCluster %q not found in namespace %q (kubectl get pgc -n %s lists them)", name, ns, ns)
 		}

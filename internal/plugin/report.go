@@ -99,12 +99,9 @@ func (ro *reportOptions) run(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	cluster := &tuskv1alpha1.PostgresCluster{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cluster); err != nil {
-		if client.IgnoreNotFound(err) == nil {
-			return fmt.Errorf("PostgresCluster %q not found in namespace %q (kubectl get pgc -n %s lists them)", name, ns, ns)
-		}
-		return fmt.Errorf("while reading PostgresCluster %s/%s: %w", ns, name, err)
+	cluster, err := getCluster(ctx, c, ns, name)
+	if err != nil {
+		return err
 	}
 	now := ro.now().UTC()
 	b := &bundle{files: map[string][]byte{}, objects: map[string]bool{}}

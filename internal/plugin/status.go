@@ -27,7 +27,7 @@ func newStatusCommand(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := getCluster(cmd, cl, ns, args[0])
+			c, err := getCluster(cmd.Context(), cl, ns, args[0])
 			if err != nil {
 				return err
 			}

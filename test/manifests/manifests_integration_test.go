@@ -6,11 +6,7 @@
 package manifests
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"io"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"tusk.dev/tusk/internal/testenv"
@@ -29,21 +24,7 @@ import (
 // render returns the objects of the kustomization config/<dir>.
 func render(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
-	out, err := exec.Command("kubectl", "kustomize", filepath.Join(testenv.RepoRoot(), "config", dir)).Output()
-	if err != nil {
-		t.Fatalf("kubectl kustomize config/%s: %v", dir, err)
-	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
-			return objs
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		objs = append(objs, u)
-	}
+	return testenv.Kustomize(t, filepath.Join(testenv.RepoRoot(), "config", dir))
 }
 
 func TestDeployManifests(t *testing.T) {

@@ -3,17 +3,12 @@
 package monitoring
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"tusk.dev/tusk/internal/testenv"
@@ -65,19 +60,5 @@ func renderWithComponent(t *testing.T) []*unstructured.Unstructured {
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("kubectl", "kustomize", dir).Output()
-	if err != nil {
-		t.Fatalf("kubectl kustomize with the monitoring component: %v", err)
-	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
-			return objs
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		objs = append(objs, u)
-	}
+	return testenv.Kustomize(t, dir)
 }
