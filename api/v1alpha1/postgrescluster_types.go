@@ -126,6 +126,42 @@ type PostgresClusterSpec struct {
 	// always on; by default Tusk creates a CA per cluster.
 	// +optional
 	TLS *TLSSpec `json:"tls,omitempty"`
+
+	// Monitoring configures what Tusk runs to watch the cluster from
+	// outside (docs/monitoring.md).
+	// +optional
+	Monitoring *MonitoringSpec `json:"monitoring,omitempty"`
+}
+
+// MonitoringSpec configures the cluster's monitoring.
+type MonitoringSpec struct {
+	// Probe, when set, runs the SLI probe: the Deployment <cluster>-probe
+	// writes a row through the -rw Service and reads it through -ro every
+	// interval, each time on a new connection with verified TLS as the
+	// role tusk_probe, and exports the outcomes as metrics from which the
+	// shipped rules alert on the burn of the availability objective's
+	// error budget.
+	// +optional
+	Probe *ProbeSpec `json:"probe,omitempty"`
+}
+
+// ProbeSpec configures the SLI probe.
+type ProbeSpec struct {
+	// Interval is the time between two attempts on each Service, from 1s
+	// to 60s; an attempt with no answer within it is a failure.
+	// +kubebuilder:default="5s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('60s')",message="monitoring.probe.interval must be from 1s to 60s"
+	// +optional
+	Interval metav1.Duration `json:"interval,omitempty"`
+
+	// Objective is the availability objective in percent: the share of
+	// attempts that should succeed, from 90 to 99.999 (the error budget is
+	// what is left to 100).
+	// +kubebuilder:default="99.9"
+	// +kubebuilder:validation:MaxLength=6
+	// +kubebuilder:validation:XValidation:rule="self.matches('^9[0-9]([.][0-9]{1,3})?$')",message="monitoring.probe.objective must be a percentage from 90 to 99.999, such as \"99.9\""
+	// +optional
+	Objective string `json:"objective,omitempty"`
 }
 
 // TLSSpec configures the cluster's certificate authority.

@@ -28,6 +28,6 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: false,
 	}
-	root.AddCommand(newVersionCommand(), newOperatorCommand(), newInstanceCommand(), newWorkloadCommand(), newPluginCommand("plugin"))
+	root.AddCommand(newVersionCommand(), newOperatorCommand(), newInstanceCommand(), newWorkloadCommand(), newProbeCommand(), newPluginCommand("plugin"))
 	return root
 }

@@ -149,7 +149,56 @@ func (m *Manager) grantRoleRights(ctx context.Context, conn *pgx.Conn) error {
 	if err := m.grantMonitorRights(ctx, conn); err != nil {
 		return err
 	}
+	if err := grantProbeRights(ctx, conn); err != nil {
+		return err
+	}
 	return m.grantRewindRights(ctx, conn)
+}
+
+// probeConnectionLimit bounds the SLI probe's sessions: it needs one per
+// target at a time, and may never crowd applications out.
+const probeConnectionLimit = 4
+
+// grantProbeRights makes what the SLI probe needs: its role, a login with
+// no password (pg_hba.conf lets it in with a client certificate only, to
+// instanceapi.ProbeDatabase) and few connections, and its one table, which
+// it may read and write and nothing more (the superuser owns the schema
+// and the table). It changes nothing when all is there. The manager's
+// session is in the probe's database.
+func grantProbeRights(ctx context.Context, conn *pgx.Conn) error {
+	var granted bool
+	err := conn.QueryRow(ctx, `SELECT CASE WHEN to_regclass($2) IS NULL THEN false
+		ELSE rolcanlogin AND NOT rolsuper AND rolconnlimit = $3 AND has_table_privilege(oid, $2, 'SELECT, INSERT, UPDATE') END
+		FROM pg_roles WHERE rolname = $1`, instanceapi.ProbeRole, instanceapi.ProbeTable, probeConnectionLimit).Scan(&granted)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("while looking at the probe's role: %w", err)
+	}
+	if granted {
+		return nil
+	}
+	schema, _, _ := strings.Cut(instanceapi.ProbeTable, ".")
+	role := ident(instanceapi.ProbeRole)
+	limit := fmt.Sprintf(" WITH LOGIN NOSUPERUSER CONNECTION LIMIT %d", probeConnectionLimit)
+	create := "ALTER ROLE " + role + limit
+	if errors.Is(err, pgx.ErrNoRows) {
+		create = "CREATE ROLE " + role + limit
+	}
+	statements := []string{
+		"SET LOCAL synchronous_commit TO local",
+		create,
+		"CREATE SCHEMA IF NOT EXISTS " + ident(schema),
+		"CREATE TABLE IF NOT EXISTS " + instanceapi.ProbeTable + " (id integer PRIMARY KEY, written_at timestamptz NOT NULL)",
+		"GRANT USAGE ON SCHEMA " + ident(schema) + " TO " + role,
+		"GRANT SELECT, INSERT, UPDATE ON " + instanceapi.ProbeTable + " TO " + role,
+	}
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		for _, s := range statements {
+			if _, err := tx.Exec(ctx, s); err != nil {
+				return fmt.Errorf("while making the probe's role and table (%s): %w", s, err)
+			}
+		}
+		return nil
+	})
 }
 
 // grantMonitorRights makes the monitoring role what the manager observes

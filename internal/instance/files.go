@@ -179,7 +179,7 @@ func (m *Manager) writeConfigIn(dir string, st state) error {
 		m.log.Info("Ignoring a parameter", "parameter", p.Name, "reason", p.Reason)
 	}
 	hba, err := pgconf.PgHBA(pgconf.HBAConfig{ReplicationUser: replicationUser, TLS: conf.TLS != nil, ReplicationAuth: replicationAuth,
-		SuperuserRemoteAccess: st.config.SuperuserRemoteAccess, Monitor: m.monitorLogin})
+		SuperuserRemoteAccess: st.config.SuperuserRemoteAccess, Monitor: m.monitorLogin, CertificateLogins: certificateLogins(replicationAuth)})
 	if err != nil {
 		return fmt.Errorf("while rendering pg_hba.conf: %w", err)
 	}
@@ -258,3 +258,13 @@ func emptyOrMissing(dir string) (bool, error) {
 }
 
 func portArg(port int) string { return strconv.Itoa(port) }
+
+// certificateLogins are the roles that log in with a client certificate:
+// the SLI probe's, when the server checks client certificates against the
+// cluster's client CA (only the operator holds its key).
+func certificateLogins(auth pgconf.ReplicationAuth) []pgconf.CertificateLogin {
+	if auth != pgconf.ReplicationAuthCert {
+		return nil
+	}
+	return []pgconf.CertificateLogin{{Role: instanceapi.ProbeRole, Database: instanceapi.ProbeDatabase}}
+}

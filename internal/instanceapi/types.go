@@ -53,6 +53,16 @@ const (
 // DefaultStatusPort is where the instance manager serves HTTP in a pod.
 const DefaultStatusPort = 8000
 
+// ProbeRole is the role the SLI probe (tusk probe) logs in as, with a
+// client certificate whose CN is the role; it may only write and read
+// ProbeTable of the database ProbeDatabase, which the primary's instance
+// manager makes.
+const (
+	ProbeRole     = "tusk_probe"
+	ProbeDatabase = "postgres"
+	ProbeTable    = "tusk_probe.heartbeat"
+)
+
 // LabelRole is the pod label holding the role the operator wants for the
 // instance; the -rw Service selects the primary by it, and the instance
 // manager reads it at start through the downward API (--role-file).

@@ -17,8 +17,9 @@ type Kind string
 
 // The kinds Tusk exports.
 const (
-	Counter Kind = "counter"
-	Gauge   Kind = "gauge"
+	Counter   Kind = "counter"
+	Gauge     Kind = "gauge"
+	Histogram Kind = "histogram"
 )
 
 // Metric is one metric of the catalogue.
@@ -51,6 +52,18 @@ func (c *Catalogue) Desc(kind Kind, name, help string, labels ...string) *promet
 func (c *Catalogue) CounterVec(name, help string, labels ...string) *prometheus.CounterVec {
 	c.add(Metric{Name: name, Kind: Counter, Help: help, Labels: labels})
 	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+// GaugeVec adds a gauge and returns it.
+func (c *Catalogue) GaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	c.add(Metric{Name: name, Kind: Gauge, Help: help, Labels: labels})
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+}
+
+// HistogramVec adds a histogram with the given bucket bounds and returns it.
+func (c *Catalogue) HistogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	c.add(Metric{Name: name, Kind: Histogram, Help: help, Labels: labels})
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
 }
 
 func (c *Catalogue) add(m Metric) {

@@ -9,7 +9,8 @@ func TestCatalogue(t *testing.T) {
 	c := New("`:9/metrics`")
 	c.Desc(Gauge, "b_bytes", "B's size | in bytes.", "x", "y")
 	c.CounterVec("a_total", "As.", "z")
-	if got := c.Metrics(); len(got) != 2 || got[0].Name != "a_total" || got[1].Name != "b_bytes" {
+	c.HistogramVec("c_seconds", "Cs.", []float64{1}, "z")
+	if got := c.Metrics(); len(got) != 3 || got[0].Name != "a_total" || got[1].Name != "b_bytes" || got[2].Kind != Histogram {
 		t.Errorf("metrics %v, want both sorted by name", got)
 	}
 	md := Markdown("T", "Intro.", map[string]*Catalogue{"S": c})

@@ -138,6 +138,10 @@ func TestInvalidClustersAreRejectedOnCreate(t *testing.T) {
 		{"lease in fractions of a second", `spec: {highAvailability: {leaseDuration: 4500ms, leaseRenewInterval: 1s}}`, "leaseDuration must be whole seconds from 2s to 60s"},
 		{"lease too long", `spec: {highAvailability: {leaseDuration: 2m}}`, "leaseDuration must be whole seconds from 2s to 60s"},
 		{"lease renewed too often", `spec: {highAvailability: {leaseDuration: 4s, leaseRenewInterval: 100ms}}`, "leaseRenewInterval must be at least 500ms"},
+		{"probe too often", `spec: {monitoring: {probe: {interval: 500ms}}}`, "monitoring.probe.interval must be from 1s to 60s"},
+		{"probe objective as a ratio", `spec: {monitoring: {probe: {objective: "0.999"}}}`, `monitoring.probe.objective must be a percentage from 90 to 99.999, such as "99.9"`},
+		{"probe objective of 100", `spec: {monitoring: {probe: {objective: "100"}}}`, "monitoring.probe.objective must be a percentage"},
+		{"probe objective with a sign", `spec: {monitoring: {probe: {objective: "99.9%"}}}`, "monitoring.probe.objective must be a percentage"},
 		{"endpoint without scheme", `spec: {backup: {objectStore: {endpoint: "s3.example.com", bucket: b1b, credentialsSecret: {name: s}}}}`, "spec.backup.objectStore.endpoint"},
 		// Hostile or odd input in every string field: refused here, before
 		// the operator or a pod ever sees it.

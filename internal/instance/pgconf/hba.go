@@ -47,6 +47,16 @@ type HBAConfig struct {
 	// from the manager's own OS user only (PgIdent), and never over the
 	// network.
 	Monitor *MonitorLogin
+	// CertificateLogins are roles that log in over TLS with a client
+	// certificate (its CN the role's name) and nothing else, each to its
+	// one database: the SLI probe's. They need TLS, and ssl_ca_file.
+	CertificateLogins []CertificateLogin
+}
+
+// CertificateLogin is a role that logs in with a client certificate only,
+// to one database.
+type CertificateLogin struct {
+	Role, Database string
 }
 
 // MonitorLogin is who may log in as the monitoring role: the database role
@@ -124,8 +134,9 @@ var hbaConnectionTypes = []string{"local", "host", "hostssl", "hostnossl", "host
 //     the instance manager takes of its own instance (pg_basebackup);
 //  2. replication for ReplicationUser, over TLS when TLS is on, and its
 //     sessions to the postgres database, pg_rewind's;
-//  3. the monitoring role refused over the network, and the superuser too
-//     unless SuperuserRemoteAccess;
+//  3. CertificateLogins, each to its database with a client certificate,
+//     and refused otherwise; the monitoring role refused over the network,
+//     and the superuser too unless SuperuserRemoteAccess;
 //  4. the user's ExtraRules;
 //  5. every role to every database, with a password, over TLS when TLS is on;
 //  6. explicit reject lines, so a refused connection says so in the log.
@@ -155,6 +166,13 @@ func PgHBA(in HBAConfig) (string, error) {
 	hbaLine(&b, remote, "replication", in.ReplicationUser, "all", string(auth))
 	b.WriteString("\n# pg_rewind of a former primary, as the replication role.\n")
 	hbaLine(&b, remote, "postgres", in.ReplicationUser, "all", string(auth))
+	if len(in.CertificateLogins) > 0 {
+		b.WriteString("\n# Roles that log in with a client certificate only, each to its database.\n")
+		for _, l := range in.CertificateLogins {
+			hbaLine(&b, remote, l.Database, l.Role, "all", "cert")
+			hbaLine(&b, "host", "all", l.Role, "all", "reject")
+		}
+	}
 	if in.Monitor != nil {
 		b.WriteString("\n# The monitoring role logs in over the Unix socket only.\n")
 		hbaLine(&b, "host", "all", in.Monitor.Role, "all", "reject")
@@ -195,6 +213,14 @@ func (in HBAConfig) validate() (ReplicationAuth, error) {
 	}
 	if err := in.Monitor.validate(); err != nil {
 		errs = append(errs, err)
+	}
+	for _, l := range in.CertificateLogins {
+		if !isPlainRole(l.Role) || !isPlainRole(l.Database) {
+			errs = append(errs, fmt.Errorf("certificate login %q to %q: not plain role and database names", l.Role, l.Database))
+		}
+		if !in.TLS {
+			errs = append(errs, fmt.Errorf("certificate login %q needs TLS", l.Role))
+		}
 	}
 	switch auth {
 	case ReplicationAuthSCRAM:

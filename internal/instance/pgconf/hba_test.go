@@ -1,6 +1,7 @@
 package pgconf
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -9,10 +10,11 @@ func TestPgHBAGolden(t *testing.T) {
 	tests := map[string]HBAConfig{
 		"pg_hba-scram": {ReplicationUser: "tusk_replication"},
 		"pg_hba-tls-cert-extra": {
-			ReplicationUser: "tusk_replication",
-			TLS:             true,
-			ReplicationAuth: ReplicationAuthCert,
-			Monitor:         &MonitorLogin{Role: "tusk_monitor", SystemUser: "postgres"},
+			ReplicationUser:   "tusk_replication",
+			TLS:               true,
+			ReplicationAuth:   ReplicationAuthCert,
+			Monitor:           &MonitorLogin{Role: "tusk_monitor", SystemUser: "postgres"},
+			CertificateLogins: []CertificateLogin{{Role: "tusk_probe", Database: "postgres"}},
 			ExtraRules: []string{
 				"hostssl app reporting 10.0.0.0/8 scram-sha-256",
 				"  host all all 192.168.0.0/16 reject  ",
@@ -153,6 +155,38 @@ func TestPgHBARejects(t *testing.T) {
 // The monitoring role logs in by peer authentication over the socket, is
 // matched before any password line, and is refused over the network
 // before any rule a user writes could let it in.
+// TestPgHBACertificateLogins: a certificate login reaches its one database
+// with a certificate, before any rule that would take a password from it,
+// and is refused anything else; without TLS it is an error, not a rule
+// that never matches.
+func TestPgHBACertificateLogins(t *testing.T) {
+	text, err := PgHBA(HBAConfig{ReplicationUser: "repl", TLS: true, ReplicationAuth: ReplicationAuthCert,
+		CertificateLogins: []CertificateLogin{{Role: "tusk_probe", Database: "postgres"}},
+		ExtraRules:        []string{"hostssl all all 10.0.0.0/8 scram-sha-256"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var joined []string
+	for _, r := range records(text) {
+		joined = append(joined, strings.Join(r, " "))
+	}
+	cert := slices.Index(joined, "hostssl postgres tusk_probe all cert")
+	refused := slices.Index(joined, "host all tusk_probe all reject")
+	extra := slices.Index(joined, "hostssl all all 10.0.0.0/8 scram-sha-256")
+	if cert < 0 || refused != cert+1 || extra < refused {
+		t.Errorf("certificate login at record %d, its refusal at %d, the user's rule at %d:\n%s", cert, refused, extra, strings.Join(joined, "\n"))
+	}
+	for _, bad := range []HBAConfig{
+		{ReplicationUser: "repl", CertificateLogins: []CertificateLogin{{Role: "tusk_probe", Database: "postgres"}}},
+		{ReplicationUser: "repl", TLS: true, CertificateLogins: []CertificateLogin{{Role: "all", Database: "postgres"}}},
+		{ReplicationUser: "repl", TLS: true, CertificateLogins: []CertificateLogin{{Role: "tusk_probe", Database: "all"}}},
+	} {
+		if _, err := PgHBA(bad); err == nil {
+			t.Errorf("PgHBA took %+v", bad.CertificateLogins)
+		}
+	}
+}
+
 func TestPgHBAMonitor(t *testing.T) {
 	text, err := PgHBA(HBAConfig{ReplicationUser: "repl", TLS: true, SuperuserRemoteAccess: true,
 		Monitor:    &MonitorLogin{Role: "tusk_monitor", SystemUser: "postgres"},
