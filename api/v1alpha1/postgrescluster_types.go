@@ -152,7 +152,7 @@ type ProbeSpec struct {
 	// +kubebuilder:default="5s"
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('60s')",message="monitoring.probe.interval must be from 1s to 60s"
 	// +optional
-	Interval metav1.Duration `json:"interval,omitempty"`
+	Interval *metav1.Duration `json:"interval,omitempty"`
 
 	// Objective is the availability objective in percent: the share of
 	// attempts that should succeed, from 90 to 99.999 (the error budget is

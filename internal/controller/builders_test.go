@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -74,6 +75,7 @@ func customCluster() *tuskv1alpha1.PostgresCluster {
 	c.Spec.PriorityClassName = "database"
 	c.Spec.SuperuserSecret = &corev1.LocalObjectReference{Name: "orders-root"}
 	c.Spec.Bootstrap.InitDB = &tuskv1alpha1.InitDBSpec{Database: "orders", Owner: "shop", Secret: &corev1.LocalObjectReference{Name: "shop-login"}}
+	c.Spec.Monitoring = &tuskv1alpha1.MonitoringSpec{Probe: &tuskv1alpha1.ProbeSpec{Interval: &metav1.Duration{Duration: 2 * time.Second}, Objective: "99.95"}}
 	c.Spec.NetworkPolicy = &tuskv1alpha1.NetworkPolicySpec{
 		PostgresFrom: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "shop"}}}},
 		MetricsFrom: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{
@@ -131,6 +133,7 @@ func TestBuildersGolden(t *testing.T) {
 			golden(t, name+"-services", clusterServices(c))
 			golden(t, name+"-pdb", clusterPDB(c))
 			golden(t, name+"-networkpolicy", clusterNetworkPolicy(c, "tusk-system"))
+			golden(t, name+"-probe", probeDeployment(c, testManagerImage))
 			creds := credentials{username: "app", password: "p@ss:w/rd?&", dbname: "app"}
 			golden(t, name+"-secret", readable(credentialSecret(c, appSecretName(c), creds, []byte(fakeCAPEM))))
 		})
@@ -158,7 +161,16 @@ func readable(s *corev1.Secret) *corev1.Secret {
 // Standard asks of every container, and a read-only root filesystem.
 func TestPodPassesRestrictedPSS(t *testing.T) {
 	for _, c := range []*tuskv1alpha1.PostgresCluster{defaultCluster(), customCluster(), backupCluster()} {
-		pod := instancePod(c, instanceName(c.Name, 1), instanceapi.RolePrimary, testManagerImage)
+		checkRestricted(t, c.Name, instancePod(c, instanceName(c.Name, 1), instanceapi.RolePrimary, testManagerImage).Spec)
+		checkRestricted(t, c.Name+"-probe", probeDeployment(c, testManagerImage).Spec.Template.Spec)
+	}
+}
+
+func checkRestricted(t *testing.T, name string, spec corev1.PodSpec) {
+	t.Helper()
+	c := struct{ Name string }{name}
+	pod := corev1.Pod{Spec: spec}
+	{
 		psc := pod.Spec.SecurityContext
 		if psc == nil || !ptr.Deref(psc.RunAsNonRoot, false) || psc.SeccompProfile == nil ||
 			psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	appsv1 "k8s.io/api/apps/v1"
 	"net/netip"
 	"slices"
 	"time"
@@ -83,6 +84,7 @@ type ClusterReconciler struct {
 // +kubebuilder:rbac:groups="",resources=services;configmaps;secrets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;delete
@@ -149,6 +151,9 @@ func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1
 		return ctrl.Result{}, err
 	}
 	if err := r.reconcilePDBs(ctx, c); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.reconcileProbe(ctx, c, tls); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.reconcileInstanceAccess(ctx, c); err != nil {
@@ -357,6 +362,7 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ConfigMap{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&networkingv1.NetworkPolicy{}).
+		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.ServiceAccount{}).
 		Owns(&rbacv1.Role{}).
 		Owns(&rbacv1.RoleBinding{}).

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -34,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/instanceapi"
 	"tusk.dev/tusk/internal/objectstore"
 	"tusk.dev/tusk/internal/pki"
 	"tusk.dev/tusk/internal/testenv"
@@ -729,6 +731,58 @@ func TestNetworkPolicyFollowsTheSpec(t *testing.T) {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(np), &networkingv1.NetworkPolicy{})
 		if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("NetworkPolicy pg still there with spec.networkPolicy.disabled (%w)", err)
+		}
+		return nil
+	})
+}
+
+// TestProbeFollowsTheSpec: spec.monitoring.probe, with the API's defaults,
+// runs the probe's Deployment with a client certificate for its role from
+// the cluster's client CA; the pods are not the cluster's instances (no
+// cluster label); removing the field removes both.
+func TestProbeFollowsTheSpec(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	c := newCluster(ns)
+	c.Spec.Monitoring = &tuskv1alpha1.MonitoringSpec{Probe: &tuskv1alpha1.ProbeSpec{}}
+	create(t, c)
+	dep := get(t, ns, "pg-probe", &appsv1.Deployment{})
+	checkOwnedBy(t, dep, c)
+	args := strings.Join(dep.Spec.Template.Spec.Containers[0].Command, " ")
+	for _, want := range []string{"--rw-host pg-rw." + ns + ".svc", "--ro-host pg-ro." + ns + ".svc", "--interval 5s", "--objective 99.9"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("the probe runs %q, want %q in it", args, want)
+		}
+	}
+	if _, ok := dep.Spec.Template.Labels[LabelCluster]; ok {
+		t.Errorf("the probe's pods carry %s: the cluster's Services and budget would count them", LabelCluster)
+	}
+	ca := get(t, ns, "pg-ca", &corev1.Secret{})
+	secret := get(t, ns, "pg-probe-tls", &corev1.Secret{})
+	cert, err := pki.ParseCertificate(secret.Data[keyTLSCert])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cert.Subject.CommonName != instanceapi.ProbeRole || pki.SignedBy(secret.Data[keyTLSCert], ca.Data[keyCACert]) != nil ||
+		string(secret.Data[keyCACert]) != string(ca.Data[keyCACert]) {
+		t.Errorf("the probe's certificate is for %q and trusts %d bytes; want %q from the cluster's CA, trusting it", cert.Subject.CommonName, len(secret.Data[keyCACert]), instanceapi.ProbeRole)
+	}
+
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+			return err
+		}
+		c.Spec.Monitoring = nil
+		return env.Client.Update(ctx, c)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		for name, obj := range map[string]client.Object{"pg-probe": &appsv1.Deployment{}, "pg-probe-tls": &corev1.Secret{}} {
+			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("%s still there without spec.monitoring.probe (%w)", name, err)
+			}
 		}
 		return nil
 	})

@@ -27,8 +27,8 @@ func (r *ClusterReconciler) reconcileNetworkPolicy(ctx context.Context, c *tuskv
 }
 
 // clusterNetworkPolicy admits to the cluster's pods: PostgreSQL from
-// anyone (or from spec.networkPolicy.postgresFrom and the cluster's own
-// instances), and the instance managers' port from the operator's pods
+// anyone (or from spec.networkPolicy.postgresFrom, the cluster's own
+// instances and its SLI probe), and the instance managers' port from the operator's pods
 // (in operatorNamespace; any namespace when unknown) and
 // spec.networkPolicy.metricsFrom. The managers' commands need the
 // operator's client certificate anyway; the policy keeps everyone else
@@ -48,6 +48,10 @@ func clusterNetworkPolicy(c *tuskv1alpha1.PostgresCluster, operatorNamespace str
 	var postgresFrom []networkingv1.NetworkPolicyPeer
 	if len(spec.PostgresFrom) > 0 {
 		postgresFrom = append([]networkingv1.NetworkPolicyPeer{instances}, spec.PostgresFrom...)
+		if probeEnabled(c) {
+			probe := networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelProbeOf: c.Name}}}
+			postgresFrom = append(postgresFrom, probe)
+		}
 	}
 	operator := networkingv1.NetworkPolicyPeer{
 		PodSelector:       &metav1.LabelSelector{MatchLabels: operatorPodLabels},

@@ -52,6 +52,7 @@ type clusterTLS struct {
 	// ca issues the server certificate: clients verify the server with it.
 	// The client certificates come from the cluster's own CA (clientCA).
 	ca       pki.KeyPair
+	clientCA pki.KeyPair
 	caSecret *corev1.Secret // the operator-only Secret <cluster>-ca
 }
 
@@ -111,7 +112,7 @@ func (r *ClusterReconciler) reconcileTLS(ctx context.Context, c *tuskv1alpha1.Po
 	if err := r.applyOwned(ctx, c, caMap); err != nil {
 		return nil, err
 	}
-	return &clusterTLS{ca: ca, caSecret: caSecret}, nil
+	return &clusterTLS{ca: ca, clientCA: clientCA, caSecret: caSecret}, nil
 }
 
 // clusterClientCA is the CA of the cluster's client certificates, and the

@@ -5,6 +5,7 @@ package controller
 
 import (
 	"fmt"
+	appsv1 "k8s.io/api/apps/v1"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -62,6 +63,7 @@ func CacheOptions(namespaces []string) cache.Options {
 	for _, o := range []client.Object{
 		&corev1.Pod{}, &corev1.PersistentVolumeClaim{}, &corev1.Service{}, &corev1.Secret{}, &corev1.ConfigMap{},
 		&corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}, &policyv1.PodDisruptionBudget{}, &networkingv1.NetworkPolicy{},
+		&appsv1.Deployment{},
 		// Every node renews a Lease of its own every few seconds.
 		&coordinationv1.Lease{},
 	} {
