@@ -8,6 +8,7 @@ import (
 	"tusk.dev/tusk/internal/controller"
 	"tusk.dev/tusk/internal/instance"
 	"tusk.dev/tusk/internal/metricsdoc"
+	"tusk.dev/tusk/internal/probe"
 )
 
 var updateDocs = flag.Bool("update", false, "rewrite docs/metrics.md from the metrics catalogues")
@@ -24,7 +25,7 @@ of low cardinality (a cluster, an instance, a database, a state).
 Besides these, the operator serves controller-runtime's
 (` + "`controller_runtime_reconcile_total`" + `, ` + "`controller_runtime_reconcile_errors_total`" + `,
 ` + "`controller_runtime_reconcile_time_seconds`" + ` per controller, ` + "`workqueue_*`" + `,
-` + "`rest_client_*`" + `) and both serve the Go runtime's (` + "`go_*`" + `, ` + "`process_*`" + `).
+` + "`rest_client_*`" + `), and all of them serve the Go runtime's (` + "`go_*`" + `, ` + "`process_*`" + `).
 How to scrape them and alert on them: [monitoring.md](monitoring.md).
 `
 
@@ -35,6 +36,7 @@ func TestMetricsDocMatchesTheCode(t *testing.T) {
 	got := metricsdoc.Markdown("Metrics", metricsDocIntro, map[string]*metricsdoc.Catalogue{
 		"Operator":         controller.MetricsCatalogue,
 		"Instance manager": instance.MetricsCatalogue,
+		"SLI probe":        probe.MetricsCatalogue,
 	})
 	if *updateDocs {
 		if err := os.WriteFile(metricsDoc, []byte(got), 0o600); err != nil {

@@ -16,9 +16,10 @@ import (
 
 // TestMonitoringComponentIsAccepted: config/monitoring, added as a
 // component to the default install the way docs/monitoring.md says,
-// renders with kustomize, and the API server accepts its PodMonitors and
-// PrometheusRule against the Prometheus Operator's own CRDs with strict
-// field validation: a misspelt or misplaced field fails here.
+// renders with kustomize with the Grafana dashboard's ConfigMap, and the
+// API server accepts its PodMonitors and PrometheusRule against the
+// Prometheus Operator's own CRDs with strict field validation: a misspelt
+// or misplaced field fails here.
 func TestMonitoringComponentIsAccepted(t *testing.T) {
 	env, err := testenv.Start(testenv.RequirePrometheusOperatorCRDs(t))
 	if err != nil {
@@ -27,9 +28,15 @@ func TestMonitoringComponentIsAccepted(t *testing.T) {
 	defer func() { _ = env.Stop() }()
 
 	kinds := map[string]int{}
+	var dashboard map[string]string
 	for _, obj := range renderWithComponent(t) {
-		switch obj.GetAPIVersion() {
-		case "monitoring.coreos.com/v1":
+		switch {
+		case obj.GetAPIVersion() == "monitoring.coreos.com/v1":
+		case obj.GetKind() == "ConfigMap" && obj.GetName() == "tusk-grafana-dashboard":
+			dashboard = obj.GetLabels()
+			if data, _, _ := unstructured.NestedString(obj.Object, "data", "tusk-cluster.json"); len(data) < 1000 {
+				t.Errorf("the dashboard's ConfigMap holds %d bytes of tusk-cluster.json", len(data))
+			}
 		default:
 			continue // the default install is tested in test/manifests
 		}
@@ -39,8 +46,11 @@ func TestMonitoringComponentIsAccepted(t *testing.T) {
 			t.Errorf("%s %s: %v", obj.GetKind(), obj.GetName(), err)
 		}
 	}
-	if kinds["PodMonitor"] != 2 || kinds["PrometheusRule"] != 1 {
-		t.Errorf("the component rendered %v, want 2 PodMonitors and a PrometheusRule", kinds)
+	if kinds["PodMonitor"] != 3 || kinds["PrometheusRule"] != 1 || kinds["ConfigMap"] != 1 {
+		t.Errorf("the component rendered %v, want 3 PodMonitors, a PrometheusRule and the dashboard's ConfigMap", kinds)
+	}
+	if dashboard["grafana_dashboard"] != "1" {
+		t.Errorf("the dashboard's ConfigMap is labelled %v; Grafana's sidecar looks for grafana_dashboard=1", dashboard)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 
 	"tusk.dev/tusk/internal/controller"
 	"tusk.dev/tusk/internal/instance"
+	"tusk.dev/tusk/internal/metricsdoc"
+	"tusk.dev/tusk/internal/probe"
 	"tusk.dev/tusk/internal/testenv"
 )
 
@@ -35,6 +37,7 @@ func TestRulesPassPromtool(t *testing.T) {
 type ruleFile struct {
 	Groups []struct {
 		Rules []struct {
+			Record      string            `json:"record"`
 			Alert       string            `json:"alert"`
 			Expr        string            `json:"expr"`
 			Annotations map[string]string `json:"annotations"`
@@ -65,11 +68,31 @@ func readYAML(t *testing.T, path string, into any) {
 	}
 }
 
+// servedSeries returns the names of the series Tusk serves: the metrics
+// of docs/metrics.md (a histogram as its _bucket, _sum and _count series)
+// and Prometheus' up.
+func servedSeries() map[string]bool {
+	served := map[string]bool{"up": true}
+	for _, c := range []*metricsdoc.Catalogue{controller.MetricsCatalogue, instance.MetricsCatalogue, probe.MetricsCatalogue} {
+		for _, m := range c.Metrics() {
+			if m.Kind == metricsdoc.Histogram {
+				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+					served[m.Name+suffix] = true
+				}
+				continue
+			}
+			served[m.Name] = true
+		}
+	}
+	return served
+}
+
 // TestEveryAlertIsTestedAndHasARunbook: each alert fires in at least one
 // promtool test, its runbook annotation points to a section of
-// docs/runbooks.md, and the tests feed only metrics Tusk serves (the
-// catalogue of docs/metrics.md, and Prometheus' up): an expression on a
-// misspelt or removed metric could then never fire in them.
+// docs/runbooks.md, and the rules read and the tests feed only metrics
+// Tusk serves (the catalogue of docs/metrics.md, and Prometheus' up) or
+// series the rules record (named tusk:...): an expression on a misspelt or
+// removed metric could then never fire.
 func TestEveryAlertIsTestedAndHasARunbook(t *testing.T) {
 	var rules ruleFile
 	readYAML(t, monitoringPath("prometheus", "tusk-rules.yaml"), &rules)
@@ -81,13 +104,7 @@ func TestEveryAlertIsTestedAndHasARunbook(t *testing.T) {
 	}
 
 	fired := map[string]bool{}
-	served := map[string]bool{"up": true}
-	for _, m := range controller.MetricsCatalogue.Metrics() {
-		served[m.Name] = true
-	}
-	for _, m := range instance.MetricsCatalogue.Metrics() {
-		served[m.Name] = true
-	}
+	served := servedSeries()
 	seriesName := regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*`)
 	for _, tc := range tests.Tests {
 		for _, in := range tc.InputSeries {
@@ -101,9 +118,31 @@ func TestEveryAlertIsTestedAndHasARunbook(t *testing.T) {
 			}
 		}
 	}
+	recorded := map[string]bool{}
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			if r.Record != "" {
+				recorded[r.Record] = true
+			}
+		}
+	}
+	// Tusk's metric names and recorded series, wherever an expression names
+	// them; label values (tusk-operator) do not match.
+	tuskName := regexp.MustCompile(`\btusk[_:][a-zA-Z0-9_:]*`)
 	var alerts []string
 	for _, g := range rules.Groups {
 		for _, r := range g.Rules {
+			for _, name := range tuskName.FindAllString(r.Expr, -1) {
+				if !served[name] && !recorded[name] {
+					t.Errorf("%s%s reads %q, which Tusk does not serve and no rule records", r.Alert, r.Record, name)
+				}
+			}
+			if r.Record != "" {
+				if !strings.HasPrefix(r.Record, "tusk:") {
+					t.Errorf("recording rule %s is not named tusk:<what>:<how>", r.Record)
+				}
+				continue
+			}
 			alerts = append(alerts, r.Alert)
 			if !fired[r.Alert] {
 				t.Errorf("%s fires in no test of tusk-rules_test.yaml", r.Alert)
