@@ -150,8 +150,8 @@ images: ## Build the operator and PostgreSQL images; load them into the local cl
 	hack/images.sh images
 
 .PHONY: test-images
-test-images: ## Build the images only the e2e tests run (the MinIO S3 server) and load them like make images.
-	hack/images.sh images minio
+test-images: ## Build the images only the e2e tests run (the MinIO S3 server, Prometheus) and load them like make images.
+	hack/images.sh images minio prometheus
 
 .PHONY: deploy
 deploy: ## Install the operator (config/default) into the cluster in KUBECONFIG and wait for it.

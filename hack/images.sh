@@ -8,9 +8,10 @@
 #   hack/images.sh images [IMAGE...]  build, then load when KUBECONFIG points at
 #                                     the local cluster or kind (`make images`)
 #
-# IMAGE: operator postgres-15 postgres-17 pause coredns minio (default:
-# operator postgres-15 postgres-17; minio is the S3 server the backup e2e
-# tests run in the cluster). Images are written by hack/imagebuild
+# IMAGE: operator postgres-15 postgres-17 pause coredns minio prometheus
+# (default: operator postgres-15 postgres-17; minio is the S3 server the
+# backup e2e tests run in the cluster, prometheus the server the monitoring
+# e2e test runs). Images are written by hack/imagebuild
 # (go-containerregistry, the library behind crane). PostgreSQL root
 # filesystems come from Debian packages via debootstrap and are cached under
 # TUSK_CACHE_DIR keyed by their recipe; the operator image is rebuilt from
@@ -29,6 +30,7 @@ OPERATOR_TAG=tusk/operator:dev
 PAUSE_TAG=tusk/pause:dev
 COREDNS_TAG=tusk/coredns:1.15.0
 MINIO_TAG=tusk/minio:dev
+PROMETHEUS_TAG=tusk/prometheus:dev
 NONROOT=65532:65532
 
 # imagebuild prints the path of the image writer, built once per recipe.
@@ -146,6 +148,8 @@ build_coredns() { build_static coredns "$COREDNS_TAG" "$("$here/build-coredns.sh
 
 build_minio() { build_static minio "$MINIO_TAG" "$("$here/install-minio.sh")" /minio; }
 
+build_prometheus() { build_static prometheus "$PROMETHEUS_TAG" "$("$here/install-prometheus.sh")/prometheus" /prometheus; }
+
 build_one() {
   case $1 in
     operator) build_operator ;;
@@ -154,7 +158,8 @@ build_one() {
     pause) build_pause ;;
     coredns) build_coredns ;;
     minio) build_minio ;;
-    *) die "unknown image $1: want operator, postgres-15, postgres-17, pause, coredns or minio." ;;
+    prometheus) build_prometheus ;;
+    *) die "unknown image $1: want operator, postgres-15, postgres-17, pause, coredns, minio or prometheus." ;;
   esac
 }
 

@@ -55,7 +55,7 @@ var dashboard = []section{
 	}},
 	{"SLI probe", []panel{
 		{title: "Availability (30 days, from the 3-day ratio)", kind: "stat", unit: "percentunit",
-			help: "Share of probe attempts that succeeded: writes through -rw, reads through -ro.",
+			help:    "Share of probe attempts that succeeded: writes through -rw, reads through -ro.",
 			queries: []string{`1 - tusk:probe_failures:ratio_rate3d{` + sel + `}`}, legends: []string{"{{target}}"}, width: 6},
 		{title: "Failed attempts", kind: "timeseries", unit: "percentunit",
 			queries: []string{`tusk:probe_failures:ratio_rate5m{` + sel + `}`, `max(tusk:probe_error_budget:ratio{` + sel + `})`},
@@ -174,8 +174,8 @@ func grafanaPanel(p panel, id, x, y int) map[string]any {
 	}
 	out := map[string]any{
 		"id": id, "type": p.kind, "title": p.title, "targets": targets,
-		"datasource": map[string]string{"type": "prometheus", "uid": "${datasource}"},
-		"gridPos":    map[string]int{"h": 8, "w": p.width, "x": x, "y": y},
+		"datasource":  map[string]string{"type": "prometheus", "uid": "${datasource}"},
+		"gridPos":     map[string]int{"h": 8, "w": p.width, "x": x, "y": y},
 		"fieldConfig": map[string]any{"defaults": map[string]any{"unit": cmpOr(p.unit, "short")}, "overrides": []any{}},
 	}
 	if p.help != "" {
