@@ -38,11 +38,14 @@ const prometheusImage = "tusk/prometheus:dev"
 // real series, and that a fault raises the right alerts: the primary
 // fenced makes TuskPrimaryMissing pending, then firing, and the probe's
 // failed writes burn the error budget fast enough to page; unfenced, the
-// primary alert clears.
+// primary alert clears. A replica fenced makes TuskInstancesNotReady
+// pending, and the object store stopped TuskArchiveFailing.
 func TestShippedMonitoringOnARealPrometheus(t *testing.T) {
 	ns := newNamespace(t)
+	s3 := startS3(t, ns)
 	const name = "mon"
 	pgc := newCluster(ns, name, 3)
+	pgc.Spec.Backup = &tuskv1alpha1.BackupSpec{ObjectStore: s3.ObjectStore("")}
 	pgc.Spec.Monitoring = &tuskv1alpha1.MonitoringSpec{Probe: &tuskv1alpha1.ProbeSpec{Interval: &metav1.Duration{Duration: time.Second}}}
 	pgc.Spec.NetworkPolicy = &tuskv1alpha1.NetworkPolicySpec{MetricsFrom: []networkingv1.NetworkPolicyPeer{
 		{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "prometheus"}}},
@@ -79,6 +82,36 @@ func TestShippedMonitoringOnARealPrometheus(t *testing.T) {
 	unfencedAt := time.Now()
 	prom.waitAlert(t, "TuskPrimaryMissing", map[string]string{"namespace": ns, "cluster": name}, "", 2*time.Minute)
 	t.Logf("figure: primary unfenced → TuskPrimaryMissing cleared after %.0fs", time.Since(unfencedAt).Seconds())
+	waitHealthy(t, ns, name, 3, clusterChangeTimeout)
+
+	// A replica stopped: it has no replay lag to report, and the cluster
+	// has fewer ready instances than it asks for.
+	cluster := map[string]string{"namespace": ns, "cluster": name}
+	replica := otherInstance(t, ns, name, currentPrimary(t, ns, name))
+	setFencedAnnotation(t, ns, name, replica)
+	prom.waitAlert(t, "TuskInstancesNotReady", cluster, "pending", 2*time.Minute)
+	setFencedAnnotation(t, ns, name)
+	prom.waitAlert(t, "TuskInstancesNotReady", cluster, "", 2*time.Minute)
+	waitHealthy(t, ns, name, 3, clusterChangeTimeout)
+
+	// The object store stopped: the next segment cannot be archived.
+	if err := clientset.CoreV1().Pods(ns).Delete(context.Background(), s3Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	instanceSQL(t, ns, name, currentPrimary(t, ns, name), "SELECT pg_switch_wal()")
+	prom.waitAlert(t, "TuskArchiveFailing", cluster, "pending", 3*time.Minute)
+}
+
+// otherInstance names an instance of the cluster other than not.
+func otherInstance(t *testing.T, ns, cluster, not string) string {
+	t.Helper()
+	for _, in := range mustGetCluster(t, ns, cluster).Status.Instances {
+		if in.Name != not {
+			return in.Name
+		}
+	}
+	t.Fatalf("cluster %s has no instance but %s", cluster, not)
+	return ""
 }
 
 // promServer is a Prometheus pod, reached through the API server's proxy.
