@@ -123,7 +123,8 @@ var unsafeChars = regexp.MustCompile(`[^a-z0-9-]+`)
 
 // newNamespace creates a namespace for this test under the `restricted` Pod
 // Security Standard and deletes it when the test ends, dumping its state
-// first if the test failed.
+// first if the test failed. Before, it checks that no log of its pods or
+// of the operator holds one of its secrets.
 func newNamespace(t *testing.T) string {
 	t.Helper()
 	suffix := make([]byte, 3)
@@ -143,6 +144,7 @@ func newNamespace(t *testing.T) string {
 		t.Fatalf("creating namespace %s: %v", name, err)
 	}
 	t.Cleanup(func() {
+		checkNoSecretLogged(t, name, created)
 		if t.Failed() {
 			dumpNamespace(t, name, created)
 		}
