@@ -153,12 +153,17 @@ func probeEvery(ctx context.Context, o Options, t Target) {
 
 // Attempt makes one attempt on t and counts it: a new connection, as an
 // ordinary client makes, and the target's statement, within o.Timeout.
+// An attempt cut short because ctx ended (the probe stopping) is no
+// outcome of the cluster's, and is not counted.
 func Attempt(ctx context.Context, o Options, t Target) error {
-	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	bounded, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	start := time.Now()
-	err := attempt(ctx, o, t)
-	if ctx.Err() != nil && err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	err := attempt(bounded, o, t)
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil && bounded.Err() != nil && !errors.Is(err, context.DeadlineExceeded):
 		err = fmt.Errorf("no answer within %s: %w", o.Timeout, err)
 	}
 	if err != nil {
