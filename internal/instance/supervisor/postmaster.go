@@ -4,7 +4,6 @@
 package supervisor
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -73,8 +73,12 @@ type logLine struct{ pid, text string }
 const recentLines = 4
 
 // StartPostmaster starts `postgres -D dataDir [args...]` and forwards its
-// output to log, one JSON record per line.
-func StartPostmaster(binDir, dataDir string, args []string, reaper *Reaper, log logr.Logger) (*Postmaster, error) {
+// output to log, one JSON record per line (logger "postgres"). With pipes
+// (PostgreSQL 15 and later, the logging collector writing jsonlog into
+// them) the records that come through the pipes count for this
+// postmaster's errors (LastError, Diverged, HistoryMismatch) too; pipes
+// may be nil.
+func StartPostmaster(binDir, dataDir string, args []string, reaper *Reaper, pipes *LogPipes, log logr.Logger) (*Postmaster, error) {
 	cmd := exec.Command(filepath.Join(binDir, "postgres"), append([]string{"-D", dataDir}, args...)...) //nolint:gosec // the server binary found by pgbin
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// Its own process group keeps a terminal's Ctrl-C away from it;
@@ -89,13 +93,22 @@ func StartPostmaster(binDir, dataDir string, args []string, reaper *Reaper, log 
 		return nil, err
 	}
 	cmd.Stdout = cmd.Stderr
-	p := &Postmaster{cmd: cmd, reaper: reaper, log: log.WithName("postgres"), done: make(chan struct{})}
+	p := &Postmaster{cmd: cmd, reaper: reaper, log: log.WithName(LoggerName), done: make(chan struct{})}
+	if pipes != nil {
+		pipes.attach(p)
+	}
 	if err := reaper.Start(cmd); err != nil {
 		return nil, fmt.Errorf("while starting postgres: %w", err)
 	}
 	forwarded := make(chan struct{})
 	go func() {
 		p.forwardLog(out)
+		if pipes != nil {
+			// The logging collector held this stderr too: it has
+			// written its last records. Handle them before the exit
+			// is known.
+			pipes.flush(pipesFlushTimeout)
+		}
 		close(forwarded)
 	}()
 	go func() {
@@ -105,6 +118,10 @@ func StartPostmaster(binDir, dataDir string, args []string, reaper *Reaper, log 
 	}()
 	return p, nil
 }
+
+// pipesFlushTimeout bounds the wait for the log pipes' last records when
+// postgres exits.
+const pipesFlushTimeout = 2 * time.Second
 
 // Pid is the postmaster's process ID.
 func (p *Postmaster) Pid() int { return p.cmd.Process.Pid }
@@ -193,13 +210,36 @@ var severity = regexp.MustCompile(`\b(DEBUG[1-5]|LOG|INFO|NOTICE|WARNING|ERROR|F
 // puts in each line.
 var processID = regexp.MustCompile(`\[(\d+)\]`)
 
-// remember keeps line among the recent ones and, for an error, records it
-// with the earlier lines of the same process as the last error.
-func (p *Postmaster) remember(line, level string, start int) {
-	entry := logLine{text: line[start:]}
-	if m := processID.FindStringSubmatch(line[:start]); m != nil {
-		entry.pid = m[1]
+// parseTextLine finds the severity, the PID (from the default
+// log_line_prefix) and the message of a line in PostgreSQL's stderr
+// format; level is "" for a line without a severity (a program's own
+// output), and msg is then the whole line.
+func parseTextLine(line string) (level, pid, msg string) {
+	m := severity.FindStringSubmatchIndex(line)
+	if m == nil {
+		return "", "", line
 	}
+	if p := processID.FindStringSubmatch(line[:m[0]]); p != nil {
+		pid = p[1]
+	}
+	return line[m[2]:m[3]], pid, line[m[1]:]
+}
+
+// textFields are a stderr line's keys in the log schema.
+func textFields(level, pid string) []any {
+	kv := []any{"severity", level}
+	if n, err := strconv.Atoi(pid); err == nil {
+		kv = append(kv, "pid", n)
+	}
+	return kv
+}
+
+// observe keeps a message among the recent ones and, for an error, records
+// it with the earlier messages of the same process as the last error.
+// Whether it came as a stderr line or a jsonlog record, the texts kept
+// read "LEVEL:  message", as PostgreSQL's stderr format writes them.
+func (p *Postmaster) observe(level, pid, message string) {
+	entry := logLine{pid: pid, text: level + ":  " + message}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if level == "LOG" && strings.Contains(entry.text, divergedMessage) {
@@ -223,23 +263,19 @@ func (p *Postmaster) remember(line, level string, start int) {
 	}
 }
 
+// forwardLog forwards postgres's own stderr (all of it before PostgreSQL
+// 15, or without the logging collector; with it, what postgres says before
+// the collector runs) and observes each message.
 func (p *Postmaster) forwardLog(r io.Reader) {
-	scanner := bufio.NewScanner(r)
-	scanner.Buffer(make([]byte, 64*1024), 1024*1024)
-	for scanner.Scan() {
-		line := scanner.Text()
-		level := ""
-		if m := severity.FindStringSubmatchIndex(line); m != nil {
-			level = line[m[2]:m[3]]
-			p.remember(line, level, m[0])
+	out := newEmitter(p.log)
+	_ = readLines(r, func(b []byte) {
+		line := string(b)
+		level, pid, msg := parseTextLine(line)
+		if level != "" {
+			p.observe(level, pid, msg)
 		}
-		switch level {
-		case "DEBUG1", "DEBUG2", "DEBUG3", "DEBUG4", "DEBUG5":
-			p.log.V(1).Info(line, "severity", level)
-		default:
-			p.log.Info(line, "severity", level)
-		}
-	}
+		out.emit(levelOf(level), msg, textFields(level, pid))
+	})
 }
 
 // Stop shuts postgres down starting with mode and escalating to harsher
