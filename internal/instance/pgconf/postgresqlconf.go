@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ServerConfig is everything postgresql.conf is rendered from. The
@@ -51,6 +52,36 @@ type ServerConfig struct {
 	RestoreCommand string
 	// TLS turns ssl on with these files; nil leaves ssl off.
 	TLS *TLSFiles
+	// JSONLog makes the logging collector write jsonlog into these files
+	// (PostgreSQL 15 and later); nil leaves the log on postgres's stderr.
+	JSONLog *JSONLogFiles
+	// Logging is what spec.postgresql.logging asks PostgreSQL to log
+	// besides errors; nil leaves PostgreSQL's (or the user's) settings.
+	Logging *Logging
+}
+
+// JSONLogFiles name where the logging collector writes: log_directory and
+// log_filename (the jsonlog file is the same name ending in .json).
+type JSONLogFiles struct {
+	Directory string
+	FileName  string
+}
+
+// Logging is what PostgreSQL logs besides errors; nil fields leave the
+// setting as PostgreSQL (or the user's parameters) has it.
+type Logging struct {
+	// SlowStatementThreshold is log_min_duration_statement: statements
+	// that run this long or longer are logged with their duration (0:
+	// every statement).
+	SlowStatementThreshold *time.Duration
+	// LockWaits is log_lock_waits: a session that waited longer than
+	// LockWaitThreshold for a lock is logged, with who holds it. A
+	// replica's startup process waiting as long on a recovery conflict
+	// is logged too (log_recovery_conflict_waits, PostgreSQL 14 and later).
+	LockWaits *bool
+	// LockWaitThreshold is deadlock_timeout: how long a lock wait lasts
+	// before it is logged and checked for a deadlock.
+	LockWaitThreshold *time.Duration
 }
 
 // TLSFiles are the server's TLS files, as paths PostgreSQL can read.
@@ -154,6 +185,11 @@ func PostgresqlConf(in ServerConfig) (Conf, error) {
 	if err := writeSection(&b, "Defaults and user parameters", user); err != nil {
 		return Conf{}, fmt.Errorf("while rendering postgresql.conf: %w", err)
 	}
+	if logging := loggingSettings(in.Logging, in.MajorVersion); len(logging) > 0 {
+		if err := writeSection(&b, "spec.postgresql.logging", logging); err != nil {
+			return Conf{}, fmt.Errorf("while rendering postgresql.conf: %w", err)
+		}
+	}
 	if err := writeSection(&b, "Managed by Tusk", ownedSettings(in)); err != nil {
 		return Conf{}, fmt.Errorf("while rendering postgresql.conf: %w", err)
 	}
@@ -213,6 +249,10 @@ func (in ServerConfig) validate() error {
 	if in.TLS != nil && (in.TLS.CertFile == "" || in.TLS.KeyFile == "") {
 		errs = append(errs, errors.New("TLS needs both a certificate and a key file"))
 	}
+	if j := in.JSONLog; j != nil && (in.MajorVersion < jsonlogSince || j.Directory == "" || j.FileName == "") {
+		errs = append(errs, fmt.Errorf("jsonlog needs PostgreSQL %d or later, a log directory and a file name", jsonlogSince))
+	}
+	errs = append(errs, in.Logging.validate())
 	return errors.Join(errs...)
 }
 
@@ -270,9 +310,6 @@ func ownedSettings(in ServerConfig) []setting {
 		{"cluster_name", in.ClusterName},
 		// Replicas answer read-only queries (the -ro Service).
 		{"hot_standby", "on"},
-		// The instance manager reads stderr and logs it as JSON.
-		{"logging_collector", "off"},
-		{"log_destination", "stderr"},
 		{"archive_mode", archiveMode},
 		{"archive_command", in.ArchiveCommand},
 		{"archive_timeout", cmp.Or(in.ArchiveTimeout, "0")},
@@ -284,8 +321,77 @@ func ownedSettings(in ServerConfig) []setting {
 		{"primary_slot_name", in.PrimarySlotName},
 		{"synchronous_standby_names", in.SynchronousStandbyNames},
 	}
+	owned = append(owned, logSettings(in.JSONLog)...)
 	owned = append(owned, tlsSettings(in.TLS)...)
 	return slices.DeleteFunc(owned, func(s setting) bool { return unknownIn(s.name, in.MajorVersion) != "" })
+}
+
+// jsonlogSince is the first major version with log_destination = jsonlog.
+const jsonlogSince = 15
+
+// logSettings say where postgres logs. The instance manager forwards it
+// into its own JSON log: from the named pipes the logging collector
+// writes jsonlog into, or, without them, from postgres's stderr. The
+// pipes are never rotated: a fixed file name, no rotation by age or size.
+func logSettings(j *JSONLogFiles) []setting {
+	if j == nil {
+		return []setting{{"logging_collector", "off"}, {"log_destination", "stderr"}}
+	}
+	return []setting{
+		{"logging_collector", "on"},
+		{"log_destination", "jsonlog"},
+		{"log_directory", j.Directory},
+		{"log_filename", j.FileName},
+		{"log_rotation_age", "0"},
+		{"log_rotation_size", "0"},
+	}
+}
+
+// maxMillis is the largest millisecond setting PostgreSQL takes (INT_MAX).
+const maxMillis = 1<<31 - 1
+
+func (l *Logging) validate() error {
+	if l == nil {
+		return nil
+	}
+	var errs []error
+	for name, d := range map[string]*time.Duration{
+		"log_min_duration_statement": l.SlowStatementThreshold, "deadlock_timeout": l.LockWaitThreshold,
+	} {
+		if d != nil && (*d < 0 || d.Milliseconds() > maxMillis) {
+			errs = append(errs, fmt.Errorf("%s %s is not from 0 to %d ms", name, *d, maxMillis))
+		}
+	}
+	if l.LockWaitThreshold != nil && *l.LockWaitThreshold < time.Millisecond {
+		errs = append(errs, fmt.Errorf("deadlock_timeout %s is less than 1ms", *l.LockWaitThreshold))
+	}
+	return errors.Join(errs...)
+}
+
+// loggingSettings are the settings spec.postgresql.logging asks for.
+func loggingSettings(l *Logging, major int) []setting {
+	if l == nil {
+		return nil
+	}
+	var s []setting
+	millis := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + "ms" }
+	if d := l.SlowStatementThreshold; d != nil {
+		s = append(s, setting{"log_min_duration_statement", millis(*d)})
+	}
+	if d := l.LockWaitThreshold; d != nil {
+		s = append(s, setting{"deadlock_timeout", millis(*d)})
+	}
+	if l.LockWaits != nil {
+		on := "off"
+		if *l.LockWaits {
+			on = "on"
+		}
+		s = append(s, setting{"log_lock_waits", on})
+		if major >= 14 {
+			s = append(s, setting{"log_recovery_conflict_waits", on})
+		}
+	}
+	return s
 }
 
 // tlsSettings turns ssl on with the given files, or off.

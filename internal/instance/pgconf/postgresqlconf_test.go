@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"tusk.dev/tusk/internal/postgres"
 )
@@ -65,7 +66,19 @@ func TestPostgresqlConfGolden(t *testing.T) {
 		return in
 	}
 
+	logging := func(major int) ServerConfig {
+		in := base(major)
+		if major >= 15 {
+			in.JSONLog = &JSONLogFiles{Directory: "/run/tusk/log", FileName: "postgres.log"}
+		}
+		slow, wait, on := 250*time.Millisecond, 2*time.Second, true
+		in.Logging = &Logging{SlowStatementThreshold: &slow, LockWaits: &on, LockWaitThreshold: &wait}
+		return in
+	}
+
 	for name, in := range map[string]ServerConfig{
+		"postgresql-logging-pg13": logging(13),
+		"postgresql-logging-pg15": logging(15),
 		"postgresql-primary-pg15": primary,
 		"postgresql-replica-pg15": replica,
 		"postgresql-tls-pg15":     tls,
@@ -74,6 +87,28 @@ func TestPostgresqlConfGolden(t *testing.T) {
 		"postgresql-archive-pg17": archive(17),
 	} {
 		t.Run(name, func(t *testing.T) { golden(t, name, render(t, in).Text) })
+	}
+}
+
+func TestLoggingRefusesWhatPostgreSQLCannotTake(t *testing.T) {
+	negative, tiny, huge := -time.Second, time.Microsecond, 30*24*time.Hour
+	for name, in := range map[string]ServerConfig{
+		"jsonlog on 14": func() ServerConfig {
+			in := base(14)
+			in.JSONLog = &JSONLogFiles{Directory: "/d", FileName: "f.log"}
+			return in
+		}(),
+		"a negative slow statement time": func() ServerConfig {
+			in := base(15)
+			in.Logging = &Logging{SlowStatementThreshold: &negative}
+			return in
+		}(),
+		"a threshold past INT_MAX ms": func() ServerConfig { in := base(15); in.Logging = &Logging{SlowStatementThreshold: &huge}; return in }(),
+		"a lock wait under 1ms":       func() ServerConfig { in := base(15); in.Logging = &Logging{LockWaitThreshold: &tiny}; return in }(),
+	} {
+		if _, err := PostgresqlConf(in); err == nil {
+			t.Errorf("%s: rendered, want an error", name)
+		}
 	}
 }
 

@@ -29,6 +29,7 @@ var settingVersions = map[string]versionRange{
 	"wal_keep_size":               {since: 13},
 	"operator_precedence_warning": {removedIn: 14},
 	"recovery_init_sync_method":   {since: 14},
+	"log_recovery_conflict_waits": {since: 14},
 	"stats_temp_directory":        {removedIn: 15}, // statistics moved to shared memory
 	"archive_library":             {since: 15},
 	"recovery_prefetch":           {since: 15},
