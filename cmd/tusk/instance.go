@@ -14,8 +14,10 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	crzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"tusk.dev/tusk/internal/instance"
 	"tusk.dev/tusk/internal/instance/pgbin"
@@ -157,13 +159,16 @@ func newInstanceRunCommand() *cobra.Command {
 		Timeouts:       supervisor.DefaultTimeouts,
 		RestartBackoff: instance.DefaultRestartBackoff,
 	}}
-	var newLogger func() logr.Logger
+	var newLogger func(...crzap.Opts) logr.Logger
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Bootstrap the data directory if needed, then run and supervise postgres",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := newLogger()
+			// Every record, the manager's and PostgreSQL's, names the
+			// cluster, the instance and the current timeline.
+			f.opts.LogFields = instance.NewLogFields(f.opts.ClusterName, f.opts.Name)
+			log := newLogger(crzap.RawZapOpts(zap.WrapCore(f.opts.LogFields.WrapCore)))
 			if err := f.complete(); err != nil {
 				return err
 			}
@@ -292,6 +297,7 @@ func runInstance(opts instance.Options, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
+	log = log.WithName("manager")
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	hup := make(chan os.Signal, 1)

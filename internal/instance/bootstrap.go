@@ -99,7 +99,7 @@ func (m *Manager) initPrimary(ctx context.Context, dir string) error {
 func (m *Manager) withPrivateServer(ctx context.Context, dir string, fn func(ctx context.Context, conn *pgx.Conn) error) error {
 	args := []string{"-c", "listen_addresses=", "-c", "unix_socket_directories=" + m.opts.SocketDir, "-c", "port=" + portArg(m.opts.Port)}
 	m.resetWALWatcher()
-	pm, err := supervisor.StartPostmaster(m.opts.BinDir, dir, args, m.reaper, m.log)
+	pm, err := supervisor.StartPostmaster(m.opts.BinDir, dir, args, m.reaper, m.logPipes, m.pgLog)
 	if err != nil {
 		return err
 	}
@@ -365,7 +365,7 @@ func (m *Manager) runTool(ctx context.Context, name string, env []string, args .
 	err := m.reaper.Wait(cmd)
 	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 		if line != "" {
-			m.log.WithName(name).Info(line)
+			m.pgLog.WithName(name).Info(line)
 		}
 	}
 	if err != nil {

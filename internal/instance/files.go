@@ -162,6 +162,7 @@ func (m *Manager) writeConfigIn(dir string, st state) error {
 		ClusterName:             m.opts.ClusterName,
 		UserParameters:          st.config.Parameters,
 		SynchronousStandbyNames: st.config.SynchronousStandbyNames,
+		JSONLog:                 m.jsonLogFiles(),
 	}
 	if st.role == instanceapi.RoleReplica {
 		conf.PrimaryConnInfo = pgconf.PrimaryConnInfo(m.replicationConnInfo(st.upstream))

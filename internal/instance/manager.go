@@ -92,6 +92,9 @@ type Options struct {
 	// initdb; nil otherwise. Replicas and existing data directories
 	// ignore it.
 	Clone *CloneOptions
+	// LogFields, when the logger adds them (LogFields.WrapCore), learn
+	// the current timeline from the manager; nil otherwise.
+	LogFields *LogFields
 }
 
 // InitDBOptions describe the database a new cluster starts with.
@@ -139,13 +142,18 @@ func (b Backoff) next(d time.Duration) time.Duration {
 
 // Manager runs one PostgreSQL instance.
 type Manager struct {
-	opts    Options
-	log     logr.Logger
-	reaper  *supervisor.Reaper
-	lease   *leaseKeeper // nil without a Lease
-	ops     chan operation
-	stopped chan struct{} // closed when Run is returning
-	metrics *metrics
+	opts Options
+	log  logr.Logger // logger "manager"
+	// pgLog is the logger PostgreSQL's own records go to (as "postgres").
+	pgLog logr.Logger
+	// logPipes carry PostgreSQL's jsonlog (15 and later); nil while not
+	// open, or before 15: postgres's stderr carries its log then.
+	logPipes *supervisor.LogPipes
+	reaper   *supervisor.Reaper
+	lease    *leaseKeeper // nil without a Lease
+	ops      chan operation
+	stopped  chan struct{} // closed when Run is returning
+	metrics  *metrics
 	// observer answers readiness and metrics (ObservedStatus).
 	observer observer
 	// statusSession (status, readiness) and metricsSession are the
@@ -260,9 +268,12 @@ func New(opts Options, log logr.Logger) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	pgLog := log
+	log = log.WithName("manager")
 	m := &Manager{
 		opts:    opts,
 		log:     log,
+		pgLog:   pgLog,
 		reaper:  supervisor.NewReaper(log),
 		secrets: s,
 		ops:     make(chan operation),
@@ -344,7 +355,9 @@ func (m *Manager) Run(ctx context.Context) error {
 		return err
 	}
 	defer shutdownHTTP(server, m.log)
-	defer close(m.stopped) // before the HTTP server stops: waiting handlers give up
+	m.openLogPipes()
+	defer m.closeLogPipes() // after postgres stopped
+	defer close(m.stopped)  // before the HTTP server stops: waiting handlers give up
 
 	if err := m.prepare(ctx); err != nil {
 		m.setError(err)
@@ -400,6 +413,7 @@ func (m *Manager) recordDataDirState(ctx context.Context) {
 	}
 	st := &instanceapi.DataDirState{SystemIdentifier: cd.systemID, State: cd.state, Standby: isStandbyDataDir(m.opts.DataDir),
 		Timeline: cd.timeline, CheckpointLSN: cd.checkpoint, MinRecoveryLSN: cd.minRecovery}
+	m.opts.LogFields.SetTimeline(cd.timeline)
 	m.log.Info("The existing data directory", "state", st.State, "standby", st.Standby, "timeline", st.Timeline,
 		"checkpoint", st.CheckpointLSN, "minRecovery", st.MinRecoveryLSN)
 	m.mu.Lock()

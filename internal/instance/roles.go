@@ -160,6 +160,7 @@ func (m *Manager) promote(ctx context.Context) (PromoteResult, error) {
 		return res, err
 	}
 	res.Timeline = status.Timeline
+	m.opts.LogFields.SetTimeline(res.Timeline)
 	m.log.Info("Promoted to primary", "timeline", res.Timeline, "duration", res.Duration.String())
 	m.catchUpArchive(res.Timeline)
 	return res, nil

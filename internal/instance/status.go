@@ -74,6 +74,7 @@ func (m *Manager) queryPostgresStatus(ctx context.Context, conn *pgx.Conn, statu
 	if err := queryStatus(ctx, conn, status); err != nil {
 		return err
 	}
+	m.opts.LogFields.SetTimeline(status.Timeline)
 	if m.opts.WALArchive == nil || status.Role != instanceapi.RolePrimary {
 		return nil
 	}
