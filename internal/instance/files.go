@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"tusk.dev/tusk/internal/instance/pgconf"
 	"tusk.dev/tusk/internal/instanceapi"
@@ -163,6 +164,7 @@ func (m *Manager) writeConfigIn(dir string, st state) error {
 		UserParameters:          st.config.Parameters,
 		SynchronousStandbyNames: st.config.SynchronousStandbyNames,
 		JSONLog:                 m.jsonLogFiles(),
+		Logging:                 serverLogging(st.config.Logging),
 	}
 	if st.role == instanceapi.RoleReplica {
 		conf.PrimaryConnInfo = pgconf.PrimaryConnInfo(m.replicationConnInfo(st.upstream))
@@ -200,6 +202,22 @@ func (m *Manager) writeConfigIn(dir string, st state) error {
 		}
 	}
 	return writeStandbySignal(dir, st.role == instanceapi.RoleReplica)
+}
+
+// serverLogging is the configuration's Logging as pgconf renders it.
+func serverLogging(l *instanceapi.Logging) *pgconf.Logging {
+	if l == nil {
+		return nil
+	}
+	millis := func(ms *int64) *time.Duration {
+		if ms == nil {
+			return nil
+		}
+		d := time.Duration(*ms) * time.Millisecond
+		return &d
+	}
+	return &pgconf.Logging{SlowStatementThreshold: millis(l.SlowStatementThresholdMillis), LockWaits: l.LockWaits,
+		LockWaitThreshold: millis(l.LockWaitThresholdMillis)}
 }
 
 // writeStandbySignal creates or removes standby.signal, which makes

@@ -346,6 +346,42 @@ type Config struct {
 	// SuperuserRemoteAccess lets the superuser log in over the network
 	// (pg_hba.conf); off, over the pod's Unix socket only.
 	SuperuserRemoteAccess bool `json:"superuserRemoteAccess,omitempty"`
+	// Logging is what PostgreSQL logs besides errors
+	// (spec.postgresql.logging); nil leaves PostgreSQL's settings.
+	Logging *Logging `json:"logging,omitempty"`
+}
+
+// Logging is what PostgreSQL logs besides errors; a nil field leaves the
+// setting as PostgreSQL (or the user's parameters) has it.
+type Logging struct {
+	// SlowStatementThresholdMillis is log_min_duration_statement: a
+	// statement that runs this long or longer is logged with its duration
+	// (0: every statement).
+	SlowStatementThresholdMillis *int64 `json:"slowStatementThresholdMillis,omitempty"`
+	// LockWaits is log_lock_waits (and log_recovery_conflict_waits): a
+	// wait longer than LockWaitThresholdMillis is logged.
+	LockWaits *bool `json:"lockWaits,omitempty"`
+	// LockWaitThresholdMillis is deadlock_timeout.
+	LockWaitThresholdMillis *int64 `json:"lockWaitThresholdMillis,omitempty"`
+}
+
+// MaxLogMillis is the longest duration a Logging field may carry (INT_MAX
+// milliseconds, PostgreSQL's bound).
+const MaxLogMillis = 1<<31 - 1
+
+// validate refuses durations PostgreSQL would not take.
+func (l *Logging) validate() []error {
+	if l == nil {
+		return nil
+	}
+	var errs []error
+	if d := l.SlowStatementThresholdMillis; d != nil && (*d < 0 || *d > MaxLogMillis) {
+		errs = append(errs, fmt.Errorf("logging.slowStatementThresholdMillis %d is not from 0 to %d", *d, MaxLogMillis))
+	}
+	if d := l.LockWaitThresholdMillis; d != nil && (*d < 1 || *d > MaxLogMillis) {
+		errs = append(errs, fmt.Errorf("logging.lockWaitThresholdMillis %d is not from 1 to %d", *d, MaxLogMillis))
+	}
+	return errs
 }
 
 // MaxParameterValue is the longest parameter value a Config may carry.
@@ -376,6 +412,7 @@ func (c Config) Validate() error {
 	if strings.ContainsAny(c.SynchronousStandbyNames, "\n\r\x00") {
 		errs = append(errs, errors.New("synchronousStandbyNames contains a line break or NUL"))
 	}
+	errs = append(errs, c.Logging.validate()...)
 	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	return errors.Join(errs...)
 }

@@ -20,6 +20,9 @@ func TestConfigValidate(t *testing.T) {
 		{"a name in capitals", Config{Parameters: map[string]string{"Port": "1"}}, "not a PostgreSQL setting name"},
 		{"a name with a space", Config{Parameters: map[string]string{"work mem": "1"}}, "not a PostgreSQL setting name"},
 		{"a line break in the standby names", Config{SynchronousStandbyNames: "ANY 1 (a)\nport = 1"}, "synchronousStandbyNames"},
+		{"logging", Config{Logging: &Logging{SlowStatementThresholdMillis: ptr(int64(0)), LockWaits: ptr(true), LockWaitThresholdMillis: ptr(int64(1000))}}, ""},
+		{"a negative slow statement threshold", Config{Logging: &Logging{SlowStatementThresholdMillis: ptr(int64(-1))}}, "slowStatementThresholdMillis -1"},
+		{"no lock wait threshold", Config{Logging: &Logging{LockWaitThresholdMillis: ptr(int64(0))}}, "lockWaitThresholdMillis 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -38,3 +41,5 @@ func TestPasswordLosesTheLineBreaksThatEndIt(t *testing.T) {
 		}
 	}
 }
+
+func ptr[T any](v T) *T { return &v }
