@@ -176,7 +176,7 @@ func newInstanceRunCommand() *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
-	newLogger = logFlags(fl)
+	newLogger = logFlagsWith(fl)
 	o := &f.opts
 	fl.StringVar(&o.Name, "name", os.Getenv("POD_NAME"), "instance name (the pod's name)")
 	fl.StringVar(&o.ClusterName, "cluster", "", "PostgresCluster name")

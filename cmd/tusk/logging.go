@@ -11,9 +11,15 @@ import (
 
 // logFlags adds the --zap-* flags to fs and returns a function that builds
 // the logger they describe: JSON records at info level, with readable
-// timestamps, unless the flags say otherwise; extra options come after
-// the flags'.
-func logFlags(fs *pflag.FlagSet) func(extra ...zap.Opts) logr.Logger {
+// timestamps, unless the flags say otherwise.
+func logFlags(fs *pflag.FlagSet) func() logr.Logger {
+	build := logFlagsWith(fs)
+	return func() logr.Logger { return build() }
+}
+
+// logFlagsWith is logFlags whose logger takes extra options, applied
+// after the flags'.
+func logFlagsWith(fs *pflag.FlagSet) func(extra ...zap.Opts) logr.Logger {
 	opts := &zap.Options{TimeEncoder: zapcore.ISO8601TimeEncoder}
 	gofs := goflag.NewFlagSet("log", goflag.ContinueOnError)
 	opts.BindFlags(gofs)
