@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 )
 
 // applyOwned creates obj, owned by owner, or updates the existing object
@@ -46,7 +48,7 @@ func (r *ClusterReconciler) applyOwned(ctx context.Context, owner client.Object,
 	case !metav1.IsControlledBy(existing, owner):
 		// Someone else's object of the name Tusk needs: taking it over
 		// would let garbage collection delete it with the cluster.
-		return userError(ReasonObjectNotOwned, "%s %s/%s exists and %s does not control it: Tusk does not take over objects it did not create; "+
+		return userError(tuskv1alpha1.ReasonObjectNotOwned, "%s %s/%s exists and %s does not control it: Tusk does not take over objects it did not create; "+
 			"rename or delete it (it was left untouched)", objectKind(existing), existing.GetNamespace(), existing.GetName(), owner.GetName())
 	case existing.GetAnnotations()[AnnotationHash] == hash:
 		return nil

@@ -96,7 +96,7 @@ func (r *BackupReconciler) reconcileBackup(ctx context.Context, b *tuskv1alpha1.
 	err := r.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: b.Spec.Cluster.Name}, c)
 	if apierrors.IsNotFound(err) {
 		if b.Status.Phase == tuskv1alpha1.BackupPhaseRunning {
-			r.fail(b, ReasonBackupFailed, fmt.Sprintf("the PostgresCluster %s was deleted during the backup", b.Spec.Cluster.Name))
+			r.fail(b, tuskv1alpha1.ReasonBackupFailed, fmt.Sprintf("the PostgresCluster %s was deleted during the backup", b.Spec.Cluster.Name))
 			return ctrl.Result{}, nil
 		}
 		r.waitForCluster(b)
@@ -116,16 +116,16 @@ func (r *BackupReconciler) waitForCluster(b *tuskv1alpha1.PostgresBackup) {
 	b.Status.Phase = tuskv1alpha1.BackupPhasePending
 	msg := fmt.Sprintf("the PostgresCluster %s does not exist in namespace %s; the backup starts when it is created",
 		b.Spec.Cluster.Name, b.Namespace)
-	if cond := meta.FindStatusCondition(b.Status.Conditions, ConditionReady); cond == nil || cond.Reason != ReasonClusterNotFound {
-		r.event(b, corev1.EventTypeWarning, ReasonClusterNotFound, "%s", msg)
+	if cond := meta.FindStatusCondition(b.Status.Conditions, tuskv1alpha1.ConditionReady); cond == nil || cond.Reason != tuskv1alpha1.ReasonClusterNotFound {
+		r.event(b, corev1.EventTypeWarning, tuskv1alpha1.ReasonClusterNotFound, "%s", msg)
 	}
-	setBackupCondition(b, metav1.ConditionFalse, ReasonClusterNotFound, msg)
+	setBackupCondition(b, metav1.ConditionFalse, tuskv1alpha1.ReasonClusterNotFound, msg)
 }
 
 // waitForInstance keeps the backup Pending until an instance can take it.
 func (r *BackupReconciler) waitForInstance(b *tuskv1alpha1.PostgresBackup, why string) (ctrl.Result, error) {
 	b.Status.Phase = tuskv1alpha1.BackupPhasePending
-	setBackupCondition(b, metav1.ConditionFalse, ReasonWaitingForInstance, why)
+	setBackupCondition(b, metav1.ConditionFalse, tuskv1alpha1.ReasonWaitingForInstance, why)
 	return ctrl.Result{RequeueAfter: backupWaitInstance}, nil
 }
 
@@ -133,7 +133,7 @@ func (r *BackupReconciler) waitForInstance(b *tuskv1alpha1.PostgresBackup, why s
 // its instance manager to take the backup.
 func (r *BackupReconciler) start(ctx context.Context, b *tuskv1alpha1.PostgresBackup, c *tuskv1alpha1.PostgresCluster) (ctrl.Result, error) {
 	if c.Spec.Backup == nil {
-		r.fail(b, ReasonBackupNotConfigured, fmt.Sprintf("the PostgresCluster %s has no spec.backup: set spec.backup.objectStore "+
+		r.fail(b, tuskv1alpha1.ReasonBackupNotConfigured, fmt.Sprintf("the PostgresCluster %s has no spec.backup: set spec.backup.objectStore "+
 			"to archive its WAL and take base backups, then create the PostgresBackup again", c.Name))
 		return ctrl.Result{}, nil
 	}
@@ -142,7 +142,7 @@ func (r *BackupReconciler) start(ctx context.Context, b *tuskv1alpha1.PostgresBa
 		return ctrl.Result{}, err
 	}
 	if other != "" {
-		r.fail(b, ReasonBackupAlreadyRunning, fmt.Sprintf("backup %s of the PostgresCluster %s is already running: Tusk takes one "+
+		r.fail(b, tuskv1alpha1.ReasonBackupAlreadyRunning, fmt.Sprintf("backup %s of the PostgresCluster %s is already running: Tusk takes one "+
 			"base backup of a cluster at a time; create this one again once %s has ended", other, c.Name, other))
 		return ctrl.Result{}, nil
 	}
@@ -179,7 +179,7 @@ func (r *BackupReconciler) startOn(ctx context.Context, b *tuskv1alpha1.Postgres
 	defer cancel()
 	rep, err := ic.startBackup(callCtx, m.pod, b.Name)
 	if code, apiErr := apiErrorCode(err); code == http.StatusConflict || code == http.StatusBadRequest {
-		r.fail(b, ReasonBackupFailed, fmt.Sprintf("instance %s refused the backup: %s", m.name, apiErr.message()))
+		r.fail(b, tuskv1alpha1.ReasonBackupFailed, fmt.Sprintf("instance %s refused the backup: %s", m.name, apiErr.message()))
 		return ctrl.Result{}, nil
 	}
 	if err != nil {
@@ -200,8 +200,8 @@ func (r *BackupReconciler) startOn(ctx context.Context, b *tuskv1alpha1.Postgres
 		st.Location = rep.Location
 	}
 	msg := fmt.Sprintf("taking a base backup of %s on instance %s (%s) to %s", c.Name, m.name, role, st.Location)
-	setBackupCondition(b, metav1.ConditionFalse, ReasonBackupRunning, msg)
-	r.event(b, corev1.EventTypeNormal, ReasonBackupStarted, "Taking a base backup of %s on instance %s (%s)", c.Name, m.name, role)
+	setBackupCondition(b, metav1.ConditionFalse, tuskv1alpha1.ReasonBackupRunning, msg)
+	r.event(b, corev1.EventTypeNormal, tuskv1alpha1.ReasonBackupStarted, "Taking a base backup of %s on instance %s (%s)", c.Name, m.name, role)
 	ctrlLog(ctx).Info("Started a base backup", "cluster", c.Name, "instance", m.name, "role", role)
 	return ctrl.Result{RequeueAfter: backupPoll}, nil
 }
@@ -236,11 +236,11 @@ func (r *BackupReconciler) follow(ctx context.Context, b *tuskv1alpha1.PostgresB
 		}
 		return result, nil
 	case followRestarted:
-		r.fail(b, ReasonBackupFailed, fmt.Sprintf("the instance manager of %s restarted during the backup, which did not complete "+
+		r.fail(b, tuskv1alpha1.ReasonBackupFailed, fmt.Sprintf("the instance manager of %s restarted during the backup, which did not complete "+
 			"(the object store has no record of it); create a new PostgresBackup", b.Status.Instance))
 		return ctrl.Result{}, nil
 	case followInstanceGone:
-		r.fail(b, ReasonBackupFailed, fmt.Sprintf("instance %s was deleted during the backup, which did not complete "+
+		r.fail(b, tuskv1alpha1.ReasonBackupFailed, fmt.Sprintf("instance %s was deleted during the backup, which did not complete "+
 			"(the object store has no record of it); create a new PostgresBackup", b.Status.Instance))
 		return ctrl.Result{}, nil
 	}
@@ -266,13 +266,13 @@ func (r *BackupReconciler) report(ctx context.Context, b *tuskv1alpha1.PostgresB
 		st := b.Status
 		msg := fmt.Sprintf("base backup of %s completed on instance %s: WAL %s to %s on timeline %d, %d bytes at %s",
 			c.Name, st.Instance, st.BeginLSN, st.EndLSN, st.Timeline, st.SizeBytes, st.Location)
-		setBackupCondition(b, metav1.ConditionTrue, ReasonBackupCompleted, msg)
-		r.event(b, corev1.EventTypeNormal, ReasonBackupCompleted, "%s", msg)
+		setBackupCondition(b, metav1.ConditionTrue, tuskv1alpha1.ReasonBackupCompleted, msg)
+		r.event(b, corev1.EventTypeNormal, tuskv1alpha1.ReasonBackupCompleted, "%s", msg)
 		ctrlLog(ctx).Info("Base backup completed", "instance", st.Instance, "endLSN", st.EndLSN, "sizeBytes", st.SizeBytes)
 		observeBackupEnd(b)
 		return ctrl.Result{}
 	case backupFailedOnInstance:
-		r.event(b, corev1.EventTypeWarning, ReasonBackupFailed, "%s", b.Status.Error)
+		r.event(b, corev1.EventTypeWarning, tuskv1alpha1.ReasonBackupFailed, "%s", b.Status.Error)
 		observeBackupEnd(b)
 		return ctrl.Result{}
 	}
@@ -281,7 +281,7 @@ func (r *BackupReconciler) report(ctx context.Context, b *tuskv1alpha1.PostgresB
 		msg += fmt.Sprintf("; waiting for the primary to archive WAL segment %s, the backup's last (the primary is asked to switch WAL)",
 			rep.WaitingForWAL)
 	}
-	setBackupCondition(b, metav1.ConditionFalse, ReasonBackupRunning, msg)
+	setBackupCondition(b, metav1.ConditionFalse, tuskv1alpha1.ReasonBackupRunning, msg)
 	return ctrl.Result{RequeueAfter: backupPoll}
 }
 
@@ -321,7 +321,7 @@ func (r *BackupReconciler) askWALSwitch(ctx context.Context, b *tuskv1alpha1.Pos
 // fail marks the backup Failed, with a Warning Event.
 func (r *BackupReconciler) fail(b *tuskv1alpha1.PostgresBackup, reason, message string) {
 	failBackup(b, reason, message, time.Now())
-	r.event(b, corev1.EventTypeWarning, ReasonBackupFailed, "%s", message)
+	r.event(b, corev1.EventTypeWarning, tuskv1alpha1.ReasonBackupFailed, "%s", message)
 	observeBackupEnd(b)
 }
 

@@ -41,7 +41,7 @@ func backupWhen(t *testing.T, b *tuskv1alpha1.PostgresBackup, cond func(b *tuskv
 // status describes the current generation.
 func backupIn(phase tuskv1alpha1.BackupPhase, reason string) func(b *tuskv1alpha1.PostgresBackup) error {
 	return func(b *tuskv1alpha1.PostgresBackup) error {
-		ready := meta.FindStatusCondition(b.Status.Conditions, ConditionReady)
+		ready := meta.FindStatusCondition(b.Status.Conditions, tuskv1alpha1.ConditionReady)
 		if b.Status.Phase != phase || ready == nil || ready.Reason != reason || b.Status.ObservedGeneration != b.Generation {
 			return fmt.Errorf("backup %s: phase %q, Ready %+v, observed generation %d of %d; want %s with reason %s",
 				b.Name, b.Status.Phase, ready, b.Status.ObservedGeneration, b.Generation, phase, reason)
@@ -58,22 +58,22 @@ func TestBackupWaitsForItsCluster(t *testing.T) {
 	ns := newNamespace(t)
 	b := newBackup(ns, "nightly", "pg")
 	create(t, b)
-	got := backupWhen(t, b, backupIn(tuskv1alpha1.BackupPhasePending, ReasonClusterNotFound))
-	if ready := meta.FindStatusCondition(got.Status.Conditions, ConditionReady); ready.Status != metav1.ConditionFalse ||
+	got := backupWhen(t, b, backupIn(tuskv1alpha1.BackupPhasePending, tuskv1alpha1.ReasonClusterNotFound))
+	if ready := meta.FindStatusCondition(got.Status.Conditions, tuskv1alpha1.ConditionReady); ready.Status != metav1.ConditionFalse ||
 		!strings.Contains(ready.Message, "PostgresCluster pg does not exist") {
 		t.Errorf("Ready %+v: want False, saying the cluster does not exist", ready)
 	}
-	e := waitForEvent(t, ns, ReasonClusterNotFound, "PostgresCluster pg does not exist")
+	e := waitForEvent(t, ns, tuskv1alpha1.ReasonClusterNotFound, "PostgresCluster pg does not exist")
 	if e.Type != corev1.EventTypeWarning || e.Regarding.Name != "nightly" {
 		t.Errorf("Event %s about %s, want a Warning about nightly", e.Type, e.Regarding.Name)
 	}
 
 	create(t, newCluster(ns)) // without spec.backup
-	got = backupWhen(t, b, backupIn(tuskv1alpha1.BackupPhaseFailed, ReasonBackupNotConfigured))
+	got = backupWhen(t, b, backupIn(tuskv1alpha1.BackupPhaseFailed, tuskv1alpha1.ReasonBackupNotConfigured))
 	if !strings.Contains(got.Status.Error, "has no spec.backup") || got.Status.CompletedAt == nil || got.Status.StartedAt != nil {
 		t.Errorf("status %+v: want the reason in error, an end and no start", got.Status)
 	}
-	waitForEvent(t, ns, ReasonBackupFailed, "has no spec.backup")
+	waitForEvent(t, ns, tuskv1alpha1.ReasonBackupFailed, "has no spec.backup")
 }
 
 // TestBackupRefusedWhileAnotherRuns: a second backup of a cluster whose
@@ -85,7 +85,7 @@ func TestBackupRefusedWhileAnotherRuns(t *testing.T) {
 	first := newBackup(ns, "first", "pg")
 	create(t, first)
 	// No instance is ready in envtest: the first one waits for one...
-	backupWhen(t, first, backupIn(tuskv1alpha1.BackupPhasePending, ReasonWaitingForInstance))
+	backupWhen(t, first, backupIn(tuskv1alpha1.BackupPhasePending, tuskv1alpha1.ReasonWaitingForInstance))
 	// ...and is made Running as if one had taken it.
 	updateBackupStatus(t, first, func(s *tuskv1alpha1.PostgresBackupStatus) {
 		s.Phase, s.Instance = tuskv1alpha1.BackupPhaseRunning, "pg-1"
@@ -95,11 +95,11 @@ func TestBackupRefusedWhileAnotherRuns(t *testing.T) {
 	second := newBackup(ns, "second", "pg")
 	second.Spec.Target = tuskv1alpha1.BackupTargetPrimary
 	create(t, second)
-	refused := backupWhen(t, second, backupIn(tuskv1alpha1.BackupPhaseFailed, ReasonBackupAlreadyRunning))
+	refused := backupWhen(t, second, backupIn(tuskv1alpha1.BackupPhaseFailed, tuskv1alpha1.ReasonBackupAlreadyRunning))
 	if !strings.Contains(refused.Status.Error, "backup first of the PostgresCluster pg is already running") {
 		t.Errorf("error %q: want it to name the running backup", refused.Status.Error)
 	}
-	waitForEvent(t, ns, ReasonBackupFailed, "backup first of the PostgresCluster pg is already running")
+	waitForEvent(t, ns, tuskv1alpha1.ReasonBackupFailed, "backup first of the PostgresCluster pg is already running")
 	if running := get(t, ns, "first", &tuskv1alpha1.PostgresBackup{}); running.Status.Phase != tuskv1alpha1.BackupPhaseRunning {
 		t.Errorf("the running backup became %s", running.Status.Phase)
 	}

@@ -139,7 +139,7 @@ func applyBackupReport(b *tuskv1alpha1.PostgresBackup, rep instanceapi.BackupSta
 		}
 		return backupSucceeded
 	case instanceapi.BackupFailed:
-		failBackup(b, ReasonBackupFailed, backupErrorMessage(rep), now)
+		failBackup(b, tuskv1alpha1.ReasonBackupFailed, backupErrorMessage(rep), now)
 		return backupFailedOnInstance
 	}
 	return backupStillRunning
@@ -164,7 +164,7 @@ func failBackup(b *tuskv1alpha1.PostgresBackup, reason, message string, now time
 
 func setBackupCondition(b *tuskv1alpha1.PostgresBackup, status metav1.ConditionStatus, reason, message string) {
 	b.Status.ObservedGeneration = b.Generation
-	meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: ConditionReady, Status: status, Reason: reason,
+	meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: tuskv1alpha1.ConditionReady, Status: status, Reason: reason,
 		Message: message, ObservedGeneration: b.Generation})
 }
 

@@ -168,7 +168,7 @@ func TestApplyBackupReport(t *testing.T) {
 			ErrorKind: instanceapi.BackupErrorWrongCredentials}, backupFailedOnInstance,
 			func(st tuskv1alpha1.PostgresBackupStatus) string {
 				if st.Phase != tuskv1alpha1.BackupPhaseFailed || st.Error != "WrongCredentials: while listing: access denied" ||
-					!st.CompletedAt.Time.Equal(now) || len(st.Conditions) != 1 || st.Conditions[0].Reason != ReasonBackupFailed {
+					!st.CompletedAt.Time.Equal(now) || len(st.Conditions) != 1 || st.Conditions[0].Reason != tuskv1alpha1.ReasonBackupFailed {
 					return "not failed with the kind and the error"
 				}
 				return ""

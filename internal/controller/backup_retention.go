@@ -41,17 +41,17 @@ func (r *BackupScheduleReconciler) reconcileRetention(ctx context.Context, c *tu
 	st := c.Status.Backup
 	if c.Spec.Backup.Retention == "" {
 		st.FirstRecoverabilityPoint, st.LastRetentionTime = nil, nil
-		meta.RemoveStatusCondition(&c.Status.Conditions, ConditionBackupRetention)
+		meta.RemoveStatusCondition(&c.Status.Conditions, tuskv1alpha1.ConditionBackupRetention)
 		return time.Time{}
 	}
 	period, err := retention.ParsePeriod(c.Spec.Backup.Retention)
 	if err != nil {
-		r.setCondition(c, ConditionBackupRetention, metav1.ConditionFalse, ReasonRetentionInvalid, "spec.backup.retention: "+err.Error())
+		r.setCondition(c, tuskv1alpha1.ConditionBackupRetention, metav1.ConditionFalse, tuskv1alpha1.ReasonRetentionInvalid, "spec.backup.retention: "+err.Error())
 		return time.Time{}
 	}
 	backups, err := r.clusterBackups(ctx, c)
 	if err != nil {
-		r.setCondition(c, ConditionBackupRetention, metav1.ConditionFalse, ReasonRetentionFailed, retentionFailure(err))
+		r.setCondition(c, tuskv1alpha1.ConditionBackupRetention, metav1.ConditionFalse, tuskv1alpha1.ReasonRetentionFailed, retentionFailure(err))
 		return r.failedRetention(c, now)
 	}
 	completed := completedNames(backups)
@@ -61,7 +61,7 @@ func (r *BackupScheduleReconciler) reconcileRetention(ctx context.Context, c *tu
 	}
 	if err := r.applyRetention(ctx, c, backups, period, now); err != nil {
 		ctrlLog(ctx).Info("Applying retention failed", "error", err.Error())
-		r.setCondition(c, ConditionBackupRetention, metav1.ConditionFalse, ReasonRetentionFailed, retentionFailure(err))
+		r.setCondition(c, tuskv1alpha1.ConditionBackupRetention, metav1.ConditionFalse, tuskv1alpha1.ReasonRetentionFailed, retentionFailure(err))
 		return r.failedRetention(c, now)
 	}
 	r.retentionDone(c, completed)
@@ -84,7 +84,7 @@ func (r *BackupScheduleReconciler) applyRetention(ctx context.Context, c *tuskv1
 	ctrlLog(ctx).Info("Applying retention", "delete", plan.Delete, "interrupted", plan.Interrupted, "keep", len(plan.Keep))
 	res, err := retention.Prune(ctx, store, plan)
 	if len(res.Backups)+len(res.Interrupted)+res.WALObjects > 0 {
-		r.event(c, corev1.EventTypeNormal, ReasonBackupsPruned, "Retention", "Deleted %d backups %v, %d interrupted backup directories and %d archived WAL files older than retention %s",
+		r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonBackupsPruned, "Retention", "Deleted %d backups %v, %d interrupted backup directories and %d archived WAL files older than retention %s",
 			len(res.Backups), res.Backups, len(res.Interrupted), res.WALObjects, c.Spec.Backup.Retention)
 	}
 	if err != nil {
@@ -99,7 +99,7 @@ func (r *BackupScheduleReconciler) applyRetention(ctx context.Context, c *tuskv1
 		c.Status.Backup.FirstRecoverabilityPoint = ptr.To(metav1.NewTime(t.UTC().Truncate(time.Second)))
 		msg = fmt.Sprintf("Keeping %d backups for %s; the cluster can be recovered to any time from %s", len(plan.Keep), c.Spec.Backup.Retention, t.UTC().Format(time.RFC3339))
 	}
-	r.setCondition(c, ConditionBackupRetention, metav1.ConditionTrue, ReasonRetentionApplied, msg)
+	r.setCondition(c, tuskv1alpha1.ConditionBackupRetention, metav1.ConditionTrue, tuskv1alpha1.ReasonRetentionApplied, msg)
 	return nil
 }
 

@@ -24,23 +24,9 @@ import (
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 )
 
-// Conditions the backup schedule reconciler sets on a PostgresCluster,
-// and their reasons. They do not change Ready: a cluster whose schedule
-// is wrong still serves.
+// How often retention runs without a new backup, and how long it waits
+// after a failure.
 const (
-	// ConditionScheduledBackups is true while spec.backup.schedule is
-	// valid and backups are created on it.
-	ConditionScheduledBackups = "ScheduledBackups"
-	// ConditionBackupRetention is true when retention last ran to the end.
-	ConditionBackupRetention = "BackupRetention"
-
-	ReasonScheduled         = "Scheduled"
-	ReasonScheduleInvalid   = "ScheduleInvalid"
-	ReasonBackupCreated     = "ScheduledBackupCreated"
-	ReasonRetentionApplied  = "RetentionApplied"
-	ReasonRetentionInvalid  = "RetentionInvalid"
-	ReasonRetentionFailed   = "RetentionFailed"
-	ReasonBackupsPruned     = "BackupsPruned"
 	retentionInterval       = time.Hour
 	retentionRetryAfterFail = 5 * time.Minute
 )
@@ -85,8 +71,8 @@ func (r *BackupScheduleReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	var err error
 	if c.Spec.Backup == nil {
 		c.Status.Backup = nil
-		meta.RemoveStatusCondition(&c.Status.Conditions, ConditionScheduledBackups)
-		meta.RemoveStatusCondition(&c.Status.Conditions, ConditionBackupRetention)
+		meta.RemoveStatusCondition(&c.Status.Conditions, tuskv1alpha1.ConditionScheduledBackups)
+		meta.RemoveStatusCondition(&c.Status.Conditions, tuskv1alpha1.ConditionBackupRetention)
 	} else {
 		if c.Status.Backup == nil {
 			c.Status.Backup = &tuskv1alpha1.BackupStatus{}
@@ -162,7 +148,7 @@ func (r *BackupScheduleReconciler) patchOwnStatusOnto(ctx context.Context, c *tu
 	}
 	before := fresh.DeepCopy()
 	fresh.Status.Backup = c.Status.Backup.DeepCopy()
-	for _, typ := range []string{ConditionScheduledBackups, ConditionBackupRetention} {
+	for _, typ := range []string{tuskv1alpha1.ConditionScheduledBackups, tuskv1alpha1.ConditionBackupRetention} {
 		if cond := meta.FindStatusCondition(c.Status.Conditions, typ); cond != nil {
 			meta.SetStatusCondition(&fresh.Status.Conditions, *cond)
 		} else {
@@ -181,13 +167,13 @@ func (r *BackupScheduleReconciler) reconcileSchedule(ctx context.Context, c *tus
 	st := c.Status.Backup
 	if c.Spec.Backup.Schedule == "" {
 		st.NextScheduleTime = nil
-		meta.RemoveStatusCondition(&c.Status.Conditions, ConditionScheduledBackups)
+		meta.RemoveStatusCondition(&c.Status.Conditions, tuskv1alpha1.ConditionScheduledBackups)
 		return time.Time{}, nil
 	}
 	s, err := parseSchedule(c.Spec.Backup.Schedule, now)
 	if err != nil {
 		st.NextScheduleTime = nil
-		r.setCondition(c, ConditionScheduledBackups, metav1.ConditionFalse, ReasonScheduleInvalid, err.Error())
+		r.setCondition(c, tuskv1alpha1.ConditionScheduledBackups, metav1.ConditionFalse, tuskv1alpha1.ReasonScheduleInvalid, err.Error())
 		return time.Time{}, nil
 	}
 	last := c.CreationTimestamp.Time
@@ -204,7 +190,7 @@ func (r *BackupScheduleReconciler) reconcileSchedule(ctx context.Context, c *tus
 		st.LastScheduledBackup = name
 	}
 	st.NextScheduleTime = ptr.To(metav1.NewTime(run.next))
-	r.setCondition(c, ConditionScheduledBackups, metav1.ConditionTrue, ReasonScheduled,
+	r.setCondition(c, tuskv1alpha1.ConditionScheduledBackups, metav1.ConditionTrue, tuskv1alpha1.ReasonScheduled,
 		fmt.Sprintf("Backups are taken on the schedule %q (UTC)", c.Spec.Backup.Schedule))
 	return run.next, nil
 }
@@ -226,7 +212,7 @@ func (r *BackupScheduleReconciler) createScheduledBackup(ctx context.Context, c 
 	if err != nil {
 		return "", fmt.Errorf("while creating the scheduled backup %s: %w", b.Name, err)
 	}
-	r.event(c, corev1.EventTypeNormal, ReasonBackupCreated, "Schedule", "Created PostgresBackup %s for the run at %s", b.Name, t.UTC().Format(time.RFC3339))
+	r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonBackupCreated, "Schedule", "Created PostgresBackup %s for the run at %s", b.Name, t.UTC().Format(time.RFC3339))
 	return b.Name, nil
 }
 

@@ -80,7 +80,7 @@ func scheduleStatus(last, next time.Time) func(c *tuskv1alpha1.PostgresCluster) 
 			!st.LastScheduleTime.Time.Equal(last) || !st.NextScheduleTime.Time.Equal(next) {
 			return fmt.Errorf("status.backup %+v, want lastScheduleTime %v and nextScheduleTime %v", st, last, next)
 		}
-		return condition(c, ConditionScheduledBackups, metav1.ConditionTrue, ReasonScheduled)
+		return condition(c, tuskv1alpha1.ConditionScheduledBackups, metav1.ConditionTrue, tuskv1alpha1.ReasonScheduled)
 	}
 }
 
@@ -111,7 +111,7 @@ func TestScheduleCreatesBackups(t *testing.T) {
 		if st := c.Status.Backup; st == nil || st.NextScheduleTime == nil || !st.NextScheduleTime.Time.Equal(first) {
 			return fmt.Errorf("status.backup %+v, want nextScheduleTime %v", st, first)
 		}
-		return condition(c, ConditionScheduledBackups, metav1.ConditionTrue, ReasonScheduled)
+		return condition(c, tuskv1alpha1.ConditionScheduledBackups, metav1.ConditionTrue, tuskv1alpha1.ReasonScheduled)
 	})
 	backupsAre(t, ns)
 
@@ -124,7 +124,7 @@ func TestScheduleCreatesBackups(t *testing.T) {
 	if b.Spec.Cluster.Name != "pg" || b.Labels[LabelCluster] != "pg" || len(b.OwnerReferences) != 0 {
 		t.Errorf("backup %s: cluster %q, labels %v, owners %v; want pg, labelled, no owner", name, b.Spec.Cluster.Name, b.Labels, b.OwnerReferences)
 	}
-	waitForEvent(t, ns, ReasonBackupCreated, name)
+	waitForEvent(t, ns, tuskv1alpha1.ReasonBackupCreated, name)
 
 	// The operator "down" for ten minutes: one catch-up backup.
 	latest := first.Add(11 * time.Minute)
@@ -146,7 +146,7 @@ func TestScheduleCreatesBackups(t *testing.T) {
 	backupClock.SetTime(latest.Add(time.Hour))
 	poke(t, key)
 	clusterWhen(t, key, func(c *tuskv1alpha1.PostgresCluster) error {
-		if err := condition(c, ConditionScheduledBackups, metav1.ConditionFalse, ReasonScheduleInvalid); err != nil {
+		if err := condition(c, tuskv1alpha1.ConditionScheduledBackups, metav1.ConditionFalse, tuskv1alpha1.ReasonScheduleInvalid); err != nil {
 			return err
 		}
 		if c.Status.Backup == nil || c.Status.Backup.NextScheduleTime != nil {
@@ -159,7 +159,7 @@ func TestScheduleCreatesBackups(t *testing.T) {
 		}
 		return nil
 	})
-	e := waitForEvent(t, ns, ReasonScheduleInvalid, `spec.backup.schedule "0 0 30 2 *" never fires`)
+	e := waitForEvent(t, ns, tuskv1alpha1.ReasonScheduleInvalid, `spec.backup.schedule "0 0 30 2 *" never fires`)
 	if e.Type != corev1.EventTypeWarning {
 		t.Errorf("Event %s, want Warning", e.Type)
 	}
@@ -288,7 +288,7 @@ func TestRetentionPrunesTheStoreAndTheBackups(t *testing.T) {
 		if st := c.Status.Backup; st == nil || st.FirstRecoverabilityPoint == nil || !st.FirstRecoverabilityPoint.Time.Equal(now.Add(-10*day)) {
 			return fmt.Errorf("status.backup %+v, want firstRecoverabilityPoint %v", c.Status.Backup, now.Add(-10*day))
 		}
-		return condition(c, ConditionBackupRetention, metav1.ConditionTrue, ReasonRetentionApplied)
+		return condition(c, tuskv1alpha1.ConditionBackupRetention, metav1.ConditionTrue, tuskv1alpha1.ReasonRetentionApplied)
 	})
 	backupsAre(t, ns, "pg-elsewhere", "pg-mid", "pg-new")
 	want := []string{
@@ -298,7 +298,7 @@ func TestRetentionPrunesTheStoreAndTheBackups(t *testing.T) {
 	if got := storeKeys(t, store); !slices.Equal(got, want) {
 		t.Errorf("objects left %v, want %v", got, want)
 	}
-	waitForEvent(t, ns, ReasonBackupsPruned, "Deleted 1 backups [pg-old], 0 interrupted backup directories and 2 archived WAL files")
+	waitForEvent(t, ns, tuskv1alpha1.ReasonBackupsPruned, "Deleted 1 backups [pg-old], 0 interrupted backup directories and 2 archived WAL files")
 
 	// A wrong secret: a new backup completing triggers retention, which
 	// fails at the store and deletes nothing. The pods' Secrets hash
@@ -327,13 +327,13 @@ func TestRetentionPrunesTheStoreAndTheBackups(t *testing.T) {
 	putStoredBackup(t, store, "pg-newer", now.Add(30*day), 0x07000000)
 	markBackupCompleted(t, ns, "pg-newer", now.Add(30*day), spec)
 	c := clusterWhen(t, key, func(c *tuskv1alpha1.PostgresCluster) error {
-		return condition(c, ConditionBackupRetention, metav1.ConditionFalse, ReasonRetentionFailed)
+		return condition(c, tuskv1alpha1.ConditionBackupRetention, metav1.ConditionFalse, tuskv1alpha1.ReasonRetentionFailed)
 	})
-	msg := findCondition(c, ConditionBackupRetention).Message
+	msg := findCondition(c, tuskv1alpha1.ConditionBackupRetention).Message
 	if !strings.Contains(msg, "access denied") || strings.Contains(msg, "not-the-secret") {
 		t.Errorf("condition message %q, want access denied and no secret", msg)
 	}
-	e := waitForEvent(t, ns, ReasonRetentionFailed, "access denied")
+	e := waitForEvent(t, ns, tuskv1alpha1.ReasonRetentionFailed, "access denied")
 	if e.Type != corev1.EventTypeWarning || strings.Contains(e.Note, "not-the-secret") {
 		t.Errorf("Event %s %q, want a Warning without the secret", e.Type, e.Note)
 	}
@@ -377,9 +377,9 @@ func TestRetentionReachesNoInternalAddress(t *testing.T) {
 			cluster.Spec.Backup.Retention = "7d"
 			create(t, cluster)
 			c := clusterWhen(t, client.ObjectKeyFromObject(cluster), func(c *tuskv1alpha1.PostgresCluster) error {
-				return condition(c, ConditionBackupRetention, metav1.ConditionFalse, ReasonRetentionFailed)
+				return condition(c, tuskv1alpha1.ConditionBackupRetention, metav1.ConditionFalse, tuskv1alpha1.ReasonRetentionFailed)
 			})
-			msg := findCondition(c, ConditionBackupRetention).Message
+			msg := findCondition(c, tuskv1alpha1.ConditionBackupRetention).Message
 			if !strings.Contains(msg, tc.want) || !strings.Contains(msg, tc.endpoint) || (tc.never != "" && strings.Contains(msg, tc.never)) {
 				t.Errorf("condition message %q, want %q and the endpoint, never %q", msg, tc.want, tc.never)
 			}

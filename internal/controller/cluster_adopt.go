@@ -41,7 +41,7 @@ func (r *ClusterReconciler) adoptVolumes(ctx context.Context, c *tuskv1alpha1.Po
 		if err := r.persistStatus(ctx, c); err != nil {
 			return false, err
 		}
-		r.event(c, corev1.EventTypeNormal, ReasonAdoptingVolumes, "Create",
+		r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonAdoptingVolumes, "Create",
 			"Found %d volumes of an earlier cluster %s (%s); starting each to compare their data before choosing the primary",
 			len(v.members), c.Name, strings.Join(memberNames(v.members), ", "))
 		return true, nil
@@ -187,7 +187,7 @@ func (r *ClusterReconciler) chooseAdoptedPrimary(ctx context.Context, c *tuskv1a
 	case d.Standby:
 		what = fmt.Sprintf("a standby's data directory, timeline %d, WAL to %s at least", d.Timeline, dataLSN(best))
 	}
-	r.event(c, corev1.EventTypeNormal, ReasonAdoptingVolumes, "Create",
+	r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonAdoptingVolumes, "Create",
 		"%s has the most advanced data of the volumes found (%s): it becomes the primary", best.name, what)
 	return nil
 }
@@ -243,7 +243,7 @@ func (r *ClusterReconciler) recordAdoptedPrimary(ctx context.Context, c *tuskv1a
 		c.Status.CurrentPrimary = ""
 		return err
 	}
-	r.event(c, corev1.EventTypeNormal, "AdoptedVolumes", "Create", "%s is the primary of the volumes found", p.name)
+	r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonAdoptedVolumes, "Create", "%s is the primary of the volumes found", p.name)
 	err := r.reconcileRoleLabels(ctx, c, v)
 	reconnectReplicas(ctx, c, v, p, ic)
 	return err

@@ -147,7 +147,7 @@ func (r *ClusterReconciler) checkBackupSecrets(ctx context.Context, c *tuskv1alp
 
 // requireSecretKeys checks that the Secret exists with non-empty keys.
 func (r *ClusterReconciler) requireSecretKeys(ctx context.Context, c *tuskv1alpha1.PostgresCluster, field, name string, keys ...string) error {
-	return r.requireSecretKeysAs(ctx, c, ReasonBackupSecretInvalid, field, name, keys...)
+	return r.requireSecretKeysAs(ctx, c, tuskv1alpha1.ReasonBackupSecretInvalid, field, name, keys...)
 }
 
 // requireSecretKeysAs is requireSecretKeys reporting reason.

@@ -38,8 +38,8 @@ func TestBackupSecretsAreRequired(t *testing.T) {
 	create(t, cluster)
 	key := client.ObjectKeyFromObject(cluster)
 
-	clusterWhen(t, key, failedSaying(ReasonBackupSecretInvalid, "the Secret s3 named by spec.backup.objectStore.credentialsSecret does not exist"))
-	e := waitForEvent(t, ns, ReasonBackupSecretInvalid, "s3 named by")
+	clusterWhen(t, key, failedSaying(tuskv1alpha1.ReasonBackupSecretInvalid, "the Secret s3 named by spec.backup.objectStore.credentialsSecret does not exist"))
+	e := waitForEvent(t, ns, tuskv1alpha1.ReasonBackupSecretInvalid, "s3 named by")
 	if e.Type != corev1.EventTypeWarning || e.Regarding.Name != "pg" {
 		t.Errorf("Event %s about %s, want a Warning about pg", e.Type, e.Regarding.Name)
 	}
@@ -50,14 +50,14 @@ func TestBackupSecretsAreRequired(t *testing.T) {
 		Data:       map[string][]byte{"ACCESS_KEY_ID": []byte("id")},
 	}
 	create(t, creds)
-	clusterWhen(t, key, failedSaying(ReasonBackupSecretInvalid, `the Secret s3 named by spec.backup.objectStore.credentialsSecret has no (or an empty) "SECRET_ACCESS_KEY" key`))
+	clusterWhen(t, key, failedSaying(tuskv1alpha1.ReasonBackupSecretInvalid, `the Secret s3 named by spec.backup.objectStore.credentialsSecret has no (or an empty) "SECRET_ACCESS_KEY" key`))
 	noPods(t, ns)
 
 	creds.Data["SECRET_ACCESS_KEY"] = []byte("secret-1")
 	if err := env.Client.Update(ctx, creds); err != nil {
 		t.Fatal(err)
 	}
-	clusterWhen(t, key, failedSaying(ReasonBackupSecretInvalid, "the Secret s3-ca named by spec.backup.objectStore.caSecret does not exist"))
+	clusterWhen(t, key, failedSaying(tuskv1alpha1.ReasonBackupSecretInvalid, "the Secret s3-ca named by spec.backup.objectStore.caSecret does not exist"))
 	noPods(t, ns)
 
 	create(t, &corev1.Secret{
@@ -152,7 +152,7 @@ func failedSaying(reason, message string) func(c *tuskv1alpha1.PostgresCluster) 
 			return err
 		}
 		for _, cond := range c.Status.Conditions {
-			if cond.Type == ConditionReady && cond.Message != message {
+			if cond.Type == tuskv1alpha1.ConditionReady && cond.Message != message {
 				return fmt.Errorf("Ready says %q, want %q", cond.Message, message)
 			}
 		}

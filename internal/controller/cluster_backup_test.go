@@ -143,7 +143,7 @@ func TestSetStatusArchive(t *testing.T) {
 		a.LastArchivedTime == nil || !a.LastArchivedTime.Equal(&metav1.Time{Time: archived.Truncate(time.Second)}) {
 		t.Fatalf("status.archive %+v: want the primary's failing report, times in whole seconds", a)
 	}
-	if d, r := condition(c, ConditionDegraded), condition(c, ConditionReady); d.Status != metav1.ConditionTrue || d.Reason != ReasonArchiveFailing ||
+	if d, r := condition(c, tuskv1alpha1.ConditionDegraded), condition(c, tuskv1alpha1.ConditionReady); d.Status != metav1.ConditionTrue || d.Reason != tuskv1alpha1.ReasonArchiveFailing ||
 		!strings.Contains(d.Message, "000000010000000000000004") || !strings.Contains(d.Message, "access denied") || r.Status != metav1.ConditionTrue || c.Status.Phase != tuskv1alpha1.ClusterPhaseDegraded {
 		t.Errorf("failing archive: Degraded %+v, Ready %+v, phase %s; want Degraded ArchiveFailing naming the WAL and why, still Ready", d, r, c.Status.Phase)
 	}
@@ -160,7 +160,7 @@ func TestSetStatusArchive(t *testing.T) {
 	v = testView(c, all...)
 	v.members[0].status.Archive = report(false)
 	setStatus(c, v, progress{})
-	if d := condition(c, ConditionDegraded); c.Status.Archive.Failing || d.Status != metav1.ConditionFalse {
+	if d := condition(c, tuskv1alpha1.ConditionDegraded); c.Status.Archive.Failing || d.Status != metav1.ConditionFalse {
 		t.Errorf("healthy archive: status.archive %+v, Degraded %+v", c.Status.Archive, d)
 	}
 
@@ -169,8 +169,8 @@ func TestSetStatusArchive(t *testing.T) {
 	v = testView(c, all...)
 	v.members[0].status.Archive = report(true)
 	setStatus(c, v, progress{})
-	if c.Status.Archive != nil || condition(c, ConditionDegraded).Reason == ReasonArchiveFailing {
-		t.Errorf("without spec.backup: status.archive %+v, Degraded %+v", c.Status.Archive, condition(c, ConditionDegraded))
+	if c.Status.Archive != nil || condition(c, tuskv1alpha1.ConditionDegraded).Reason == tuskv1alpha1.ReasonArchiveFailing {
+		t.Errorf("without spec.backup: status.archive %+v, Degraded %+v", c.Status.Archive, condition(c, tuskv1alpha1.ConditionDegraded))
 	}
 }
 

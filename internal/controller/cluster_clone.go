@@ -19,12 +19,6 @@ import (
 // cluster's replication client certificate and CA.
 const cloneTLSMount = "/etc/tusk/tls/clone-source"
 
-// Reasons of a clone bootstrap.
-const (
-	ReasonWaitingForSource   = "WaitingForSource"
-	ReasonCloneSourceInvalid = "CloneSourceInvalid"
-)
-
 // clonePending says the cluster bootstraps as a clone and its first
 // primary has not served yet.
 func clonePending(c *tuskv1alpha1.PostgresCluster) bool {
@@ -38,13 +32,13 @@ func resolveClone(c, source *tuskv1alpha1.PostgresCluster) (*recoverySource, str
 	name := c.Spec.Bootstrap.Clone.Cluster
 	switch {
 	case name == c.Name:
-		return nil, "", userError(ReasonCloneSourceInvalid, "spec.bootstrap.clone.cluster names this cluster itself: clone another cluster")
+		return nil, "", userError(tuskv1alpha1.ReasonCloneSourceInvalid, "spec.bootstrap.clone.cluster names this cluster itself: clone another cluster")
 	case source == nil:
 		return nil, fmt.Sprintf("Waiting for the PostgresCluster %s named by spec.bootstrap.clone.cluster: it does not exist", name), nil
-	case !meta.IsStatusConditionTrue(source.Status.Conditions, ConditionReady):
+	case !meta.IsStatusConditionTrue(source.Status.Conditions, tuskv1alpha1.ConditionReady):
 		return nil, fmt.Sprintf("Waiting for the PostgresCluster %s named by spec.bootstrap.clone.cluster to be Ready", name), nil
 	case archivesTogether(c, source):
-		return nil, "", userError(ReasonCloneSourceInvalid, "refusing to clone %s: this cluster's spec.backup location is the one %s archives to, "+
+		return nil, "", userError(tuskv1alpha1.ReasonCloneSourceInvalid, "refusing to clone %s: this cluster's spec.backup location is the one %s archives to, "+
 			"and two clusters archiving there would mix their WAL; give spec.backup.objectStore another path", name, name)
 	}
 	return &recoverySource{clone: source}, "", nil
@@ -100,8 +94,8 @@ func withClone(pod *corev1.Pod, source *tuskv1alpha1.PostgresCluster) {
 func setWaitingForSource(c *tuskv1alpha1.PostgresCluster, reason, message string) {
 	c.Status.ObservedGeneration = c.Generation
 	c.Status.Phase = tuskv1alpha1.ClusterPhasePending
-	setCondition(c, metav1.Condition{Type: ConditionProgressing, Status: metav1.ConditionTrue, Reason: reason, Message: message})
-	setCondition(c, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: message})
+	setCondition(c, metav1.Condition{Type: tuskv1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: reason, Message: message})
+	setCondition(c, metav1.Condition{Type: tuskv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: message})
 }
 
 // clustersCloning maps a PostgresCluster to the clusters of its namespace

@@ -99,7 +99,7 @@ func (r *ClusterReconciler) applyConfigMap(ctx context.Context, c *tuskv1alpha1.
 	// that skipped validation) change nothing: not the ConfigMap new pods
 	// start with, not a running instance.
 	if err := cfg.Validate(); err != nil {
-		return cfg, userError(ReasonInvalidParameters, "spec.postgresql.parameters cannot be applied, nothing was changed: %v", err)
+		return cfg, userError(tuskv1alpha1.ReasonInvalidParameters, "spec.postgresql.parameters cannot be applied, nothing was changed: %v", err)
 	}
 	data, err := json.Marshal(cfg)
 	if err != nil {
@@ -171,7 +171,7 @@ func (r *ClusterReconciler) pushConfig(ctx context.Context, m *member, cfg insta
 		return fmt.Errorf("while configuring %s: %w", m.name, err)
 	}
 	if len(res.Errors) > 0 {
-		r.event(m.pod, corev1.EventTypeWarning, "ConfigurationRefused", "Configure", "PostgreSQL refused settings: %v", res.Errors)
+		r.event(m.pod, corev1.EventTypeWarning, tuskv1alpha1.ReasonConfigRefused, "Configure", "PostgreSQL refused settings: %v", res.Errors)
 	}
 	ctrlLog(ctx).Info("Configured instance", "instance", m.name, "pendingRestart", res.PendingRestart)
 	patch := client.MergeFrom(m.pod.DeepCopy())

@@ -274,10 +274,10 @@ func (r *ClusterReconciler) whileAdopting(ctx context.Context, c *tuskv1alpha1.P
 // PostgresCluster watches wake it, the requeue is a safety net.
 func (r *ClusterReconciler) reconcileBootstrapSource(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (*recoverySource, bool, error) {
 	src, wait, err := r.reconcileRecoverySource(ctx, c)
-	reason := ReasonWaitingForBackup
+	reason := tuskv1alpha1.ReasonWaitingForBackup
 	if err == nil && src == nil && wait == "" {
 		src, wait, err = r.reconcileCloneSource(ctx, c)
-		reason = ReasonWaitingForSource
+		reason = tuskv1alpha1.ReasonWaitingForSource
 	}
 	if err != nil {
 		return nil, false, err
@@ -302,7 +302,7 @@ func (r *ClusterReconciler) persistStatus(ctx context.Context, c *tuskv1alpha1.P
 func (r *ClusterReconciler) reportSpecError(c *tuskv1alpha1.PostgresCluster, se *specError) {
 	c.Status.ObservedGeneration = c.Generation
 	c.Status.Phase = tuskv1alpha1.ClusterPhaseFailed
-	setCondition(c, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: se.reason, Message: se.message})
+	setCondition(c, metav1.Condition{Type: tuskv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: se.reason, Message: se.message})
 	r.event(c, corev1.EventTypeWarning, se.reason, "Reconcile", "%s", se.message)
 }
 

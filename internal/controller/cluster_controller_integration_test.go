@@ -113,8 +113,8 @@ func creating(c *tuskv1alpha1.PostgresCluster) error {
 			st.CurrentPrimary, st.TargetPrimary, st.LastInstanceSerial)
 	}
 	return errors.Join(
-		condition(c, ConditionReady, metav1.ConditionFalse, ""),
-		condition(c, ConditionProgressing, metav1.ConditionTrue, ReasonCreating))
+		condition(c, tuskv1alpha1.ConditionReady, metav1.ConditionFalse, ""),
+		condition(c, tuskv1alpha1.ConditionProgressing, metav1.ConditionTrue, tuskv1alpha1.ReasonCreating))
 }
 
 func get[T client.Object](t *testing.T, ns, name string, obj T) T {
@@ -175,7 +175,7 @@ func TestNewClusterCreatesItsObjects(t *testing.T) {
 	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 || pdb.Spec.MinAvailable != nil {
 		t.Errorf("the PodDisruptionBudget allows %v unavailable (min available %v), want one instance at a time", pdb.Spec.MaxUnavailable, pdb.Spec.MinAvailable)
 	}
-	waitForEvent(t, ns, "CreatedInstance", "pg-1")
+	waitForEvent(t, ns, tuskv1alpha1.ReasonCreatedInstance, "pg-1")
 }
 
 // TestForeignObjectIsNotTakenOver: a Secret of the name Tusk needs that
@@ -189,15 +189,15 @@ func TestForeignObjectIsNotTakenOver(t *testing.T) {
 	c := newCluster(ns)
 	create(t, c)
 	clusterWhen(t, client.ObjectKeyFromObject(c), func(c *tuskv1alpha1.PostgresCluster) error {
-		if err := condition(c, ConditionReady, metav1.ConditionFalse, ReasonObjectNotOwned); err != nil {
+		if err := condition(c, tuskv1alpha1.ConditionReady, metav1.ConditionFalse, tuskv1alpha1.ReasonObjectNotOwned); err != nil {
 			return err
 		}
-		if msg := meta.FindStatusCondition(c.Status.Conditions, ConditionReady).Message; !strings.Contains(msg, "Secret "+ns+"/pg-app") {
+		if msg := meta.FindStatusCondition(c.Status.Conditions, tuskv1alpha1.ConditionReady).Message; !strings.Contains(msg, "Secret "+ns+"/pg-app") {
 			return fmt.Errorf("the condition does not name the Secret: %s", msg)
 		}
 		return nil
 	})
-	waitForEvent(t, ns, ReasonObjectNotOwned, "pg-app")
+	waitForEvent(t, ns, tuskv1alpha1.ReasonObjectNotOwned, "pg-app")
 	got := get(t, ns, "pg-app", &corev1.Secret{})
 	if len(got.OwnerReferences) != 0 || string(got.Data["mine"]) != "keep me" || len(got.Data) != 1 {
 		t.Errorf("the user's Secret was changed: owners %v, data keys %d", got.OwnerReferences, len(got.Data))
@@ -459,7 +459,7 @@ func TestDeletedPodComesBackOnItsVolume(t *testing.T) {
 	if samePVC.UID != pvc.UID || samePVC.DeletionTimestamp != nil {
 		t.Errorf("PVC pg-1 was replaced or is being deleted")
 	}
-	waitForEvent(t, ns, "RecreatedInstance", "pg-1")
+	waitForEvent(t, ns, tuskv1alpha1.ReasonRecreatedInstance, "pg-1")
 	c := clusterWhen(t, client.ObjectKeyFromObject(cluster), creating)
 	if c.Status.LastInstanceSerial != 1 {
 		t.Errorf("lastInstanceSerial %d: recreating a pod took a new serial", c.Status.LastInstanceSerial)
@@ -482,7 +482,7 @@ func failed(reason string) func(c *tuskv1alpha1.PostgresCluster) error {
 		if c.Status.ObservedGeneration != c.Generation || c.Status.Phase != tuskv1alpha1.ClusterPhaseFailed {
 			return fmt.Errorf("phase %q for generation %d/%d, want Failed", c.Status.Phase, c.Status.ObservedGeneration, c.Generation)
 		}
-		return condition(c, ConditionReady, metav1.ConditionFalse, reason)
+		return condition(c, tuskv1alpha1.ConditionReady, metav1.ConditionFalse, reason)
 	}
 }
 
@@ -493,8 +493,8 @@ func TestMissingSuperuserSecretWaitsForIt(t *testing.T) {
 	cluster.Spec.SuperuserSecret = &corev1.LocalObjectReference{Name: "root"}
 	create(t, cluster)
 	key := client.ObjectKeyFromObject(cluster)
-	clusterWhen(t, key, failed(ReasonSecretInvalid))
-	waitForEvent(t, ns, ReasonSecretInvalid, "root")
+	clusterWhen(t, key, failed(tuskv1alpha1.ReasonSecretInvalid))
+	waitForEvent(t, ns, tuskv1alpha1.ReasonSecretInvalid, "root")
 	noPods(t, ns)
 
 	create(t, &corev1.Secret{
@@ -638,7 +638,7 @@ func TestKeptMarkIsNotAKeyToOtherObjects(t *testing.T) {
 	cluster := newCluster(ns)
 	create(t, cluster)
 	clusterWhen(t, client.ObjectKeyFromObject(cluster), func(c *tuskv1alpha1.PostgresCluster) error {
-		if cond := meta.FindStatusCondition(c.Status.Conditions, ConditionReady); cond == nil || cond.Reason != ReasonObjectNotOwned {
+		if cond := meta.FindStatusCondition(c.Status.Conditions, tuskv1alpha1.ConditionReady); cond == nil || cond.Reason != tuskv1alpha1.ReasonObjectNotOwned {
 			return fmt.Errorf("Ready %+v, want ObjectNotOwned", cond)
 		}
 		return nil

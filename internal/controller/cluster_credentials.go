@@ -79,10 +79,10 @@ func (r *ClusterReconciler) login(ctx context.Context, c *tuskv1alpha1.PostgresC
 		return creds, nil
 	}
 	if creds.password == "" {
-		return credentials{}, userError(ReasonSecretInvalid, "the Secret %s needs a non-empty %q key", source, keyPassword)
+		return credentials{}, userError(tuskv1alpha1.ReasonSecretInvalid, "the Secret %s needs a non-empty %q key", source, keyPassword)
 	}
 	if u := string(data[keyUsername]); u != "" && u != defaultUser {
-		return credentials{}, userError(ReasonSecretInvalid, "the Secret %s is for user %q, but the role is %q", source, u, defaultUser)
+		return credentials{}, userError(tuskv1alpha1.ReasonSecretInvalid, "the Secret %s is for user %q, but the role is %q", source, u, defaultUser)
 	}
 	return creds, nil
 }

@@ -25,7 +25,7 @@ func (r *ClusterReconciler) reconcileDelete(ctx context.Context, c *tuskv1alpha1
 		if err != nil {
 			return fmt.Errorf("while deleting the volumes: %w", err)
 		}
-		r.event(c, corev1.EventTypeNormal, "DeletedVolumes", "Delete", "Deleted the volumes of %s (reclaimPolicy Delete)", c.Name)
+		r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonDeletedVolumes, "Delete", "Deleted the volumes of %s (reclaimPolicy Delete)", c.Name)
 	} else if err := r.keepCredentials(ctx, c); err != nil {
 		return err
 	}
@@ -65,7 +65,7 @@ func (r *ClusterReconciler) keepCredentials(ctx context.Context, c *tuskv1alpha1
 		kept = append(kept, name)
 	}
 	if len(kept) > 0 {
-		r.event(c, corev1.EventTypeNormal, "KeptSecrets", "Delete",
+		r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonKeptSecrets, "Delete",
 			"Kept the Secrets %v with the volumes (reclaimPolicy Retain): a cluster %s created again on the volumes logs in with them; delete them with the volumes", kept, c.Name)
 	}
 	return nil

@@ -91,10 +91,10 @@ func (r *ClusterReconciler) rewindDivergedReplicas(ctx context.Context, c *tuskv
 		}
 		r.diverged.forget(key)
 		if said {
-			r.event(c, corev1.EventTypeWarning, ReasonRewinding, "Heal", "%s cannot follow the primary %s (timeline %d): %s; rewinding it",
+			r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonRewinding, "Heal", "%s cannot follow the primary %s (timeline %d): %s; rewinding it",
 				m.name, primary.name, primary.status.Timeline, m.status.Diverged)
 		} else {
-			r.event(c, corev1.EventTypeWarning, ReasonRewinding, "Heal", "%s has stayed on timeline %d without streaming from the primary %s (timeline %d); rewinding it",
+			r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonRewinding, "Heal", "%s has stayed on timeline %d without streaming from the primary %s (timeline %d); rewinding it",
 				m.name, m.status.Timeline, primary.name, primary.status.Timeline)
 		}
 		if err := ic.call(ctx, m.pod, http.MethodPost, instanceapi.PathDemote, up, nil); err != nil {

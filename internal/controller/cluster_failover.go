@@ -204,10 +204,10 @@ func (r *ClusterReconciler) reconcileFailover(ctx context.Context, c *tuskv1alph
 // reportFailoverBlocked warns, once per reason, that a failed primary has
 // no safe successor; status says so in the Degraded condition meanwhile.
 func (r *ClusterReconciler) reportFailoverBlocked(c *tuskv1alpha1.PostgresCluster, f failover) {
-	if d := meta.FindStatusCondition(c.Status.Conditions, ConditionDegraded); d != nil && d.Reason == ReasonFailoverBlocked && strings.Contains(d.Message, f.blocked) {
+	if d := meta.FindStatusCondition(c.Status.Conditions, tuskv1alpha1.ConditionDegraded); d != nil && d.Reason == tuskv1alpha1.ReasonFailoverBlocked && strings.Contains(d.Message, f.blocked) {
 		return
 	}
-	r.event(c, corev1.EventTypeWarning, ReasonFailoverBlocked, "Failover", "The primary %s failed (%s) and no replica may take over: %s", c.Status.CurrentPrimary, f.failed, f.blocked)
+	r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonFailoverBlocked, "Failover", "The primary %s failed (%s) and no replica may take over: %s", c.Status.CurrentPrimary, f.failed, f.blocked)
 }
 
 // startFailover records the candidate as the target before promoting it,
@@ -219,7 +219,7 @@ func (r *ClusterReconciler) startFailover(ctx context.Context, c *tuskv1alpha1.P
 		c.Status.TargetPrimary = previous
 		return err
 	}
-	r.event(c, corev1.EventTypeWarning, ReasonFailingOver, "Failover", "The primary %s failed (%s); promoting %s, which received WAL up to %s",
+	r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonFailingOver, "Failover", "The primary %s failed (%s); promoting %s, which received WAL up to %s",
 		c.Status.CurrentPrimary, why, candidate.name, receivedLSN(candidate.status))
 	return nil
 }
@@ -256,7 +256,7 @@ func (r *ClusterReconciler) recordFailover(ctx context.Context, c *tuskv1alpha1.
 	if err := r.persistStatus(ctx, c); err != nil {
 		return err
 	}
-	r.event(c, corev1.EventTypeWarning, ReasonFailedOver, "Failover", "%s is the primary in place of %s (%s)", promoted.name, from, why)
+	r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonFailedOver, "Failover", "%s is the primary in place of %s (%s)", promoted.name, from, why)
 	observePrimaryChange(c, "failover")
 	err := r.reconcileRoleLabels(ctx, c, v)
 	// Even when a label could not move: a synchronous primary holds every
@@ -348,7 +348,7 @@ func (r *ClusterReconciler) demoteFormerPrimaries(ctx context.Context, c *tuskv1
 		if m.name == c.Status.CurrentPrimary || m.status == nil || m.pod == nil || m.pod.DeletionTimestamp != nil || !formerPrimary(m.status) {
 			continue
 		}
-		r.event(c, corev1.EventTypeWarning, ReasonDemoting, "Failover", "%s is a former primary (%s); rewinding it to follow %s", m.name, m.status.Phase, c.Status.CurrentPrimary)
+		r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonDemoting, "Failover", "%s is a former primary (%s); rewinding it to follow %s", m.name, m.status.Phase, c.Status.CurrentPrimary)
 		if err := ic.call(ctx, m.pod, http.MethodPost, instanceapi.PathDemote, up, nil); err != nil {
 			return fmt.Errorf("while demoting the former primary %s: %w", m.name, err)
 		}

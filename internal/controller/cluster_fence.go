@@ -23,7 +23,7 @@ func fencedInstances(c *tuskv1alpha1.PostgresCluster) ([]string, error) {
 	}
 	var names []string
 	if err := json.Unmarshal([]byte(raw), &names); err != nil {
-		return nil, userError(ReasonFenceInvalid, "the annotation %s must be a JSON array of instance names, such as [\"%s-2\"] or [\"*\"]: %v",
+		return nil, userError(tuskv1alpha1.ReasonFenceInvalid, "the annotation %s must be a JSON array of instance names, such as [\"%s-2\"] or [\"*\"]: %v",
 			tuskv1alpha1.AnnotationFencedInstances, c.Name, err)
 	}
 	return names, nil
@@ -49,9 +49,9 @@ func (r *ClusterReconciler) reconcileFencing(ctx context.Context, c *tuskv1alpha
 		if want == m.status.Fenced {
 			continue
 		}
-		path, reason, verb := instanceapi.PathUnfence, ReasonUnfenced, "Unfenced"
+		path, reason, verb := instanceapi.PathUnfence, tuskv1alpha1.ReasonUnfenced, "Unfenced"
 		if want {
-			path, reason, verb = instanceapi.PathFence, ReasonFenced, "Fenced"
+			path, reason, verb = instanceapi.PathFence, tuskv1alpha1.ReasonFenced, "Fenced"
 		}
 		if err := ic.call(ctx, m.pod, http.MethodPost, path, nil, nil); err != nil {
 			return fmt.Errorf("while fencing or unfencing %s: %w", m.name, err)

@@ -94,11 +94,11 @@ func (r *ClusterReconciler) createInstance(ctx context.Context, c *tuskv1alpha1.
 	if err := r.ownAndCreate(ctx, c, pod); err != nil {
 		return fmt.Errorf("while creating the pod of %s: %w", name, err)
 	}
-	verb := "Created"
+	verb, reason := "Created", tuskv1alpha1.ReasonCreatedInstance
 	if !newVolume {
-		verb = "Recreated"
+		verb, reason = "Recreated", tuskv1alpha1.ReasonRecreatedInstance
 	}
-	r.event(c, corev1.EventTypeNormal, verb+"Instance", "Create", "%s instance %s as %s", verb, name, role)
+	r.event(c, corev1.EventTypeNormal, reason, "Create", "%s instance %s as %s", verb, name, role)
 	return nil
 }
 
@@ -158,7 +158,7 @@ func (r *ClusterReconciler) scaleDown(ctx context.Context, c *tuskv1alpha1.Postg
 	if err := r.removeInstance(ctx, victim); err != nil {
 		return false, err
 	}
-	r.event(c, corev1.EventTypeNormal, "RemovedInstance", "ScaleDown", "Removed replica %s and its volume (scaling to %d instances)", victim.name, c.Spec.Instances)
+	r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonRemovedInstance, "ScaleDown", "Removed replica %s and its volume (scaling to %d instances)", victim.name, c.Spec.Instances)
 	return true, nil
 }
 
@@ -218,13 +218,13 @@ func (r *ClusterReconciler) resizeVolumes(ctx context.Context, c *tuskv1alpha1.P
 		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
 			// The rest of the cluster is still managed; the Event says why
 			// the volume keeps its size.
-			r.event(c, corev1.EventTypeWarning, ReasonVolumeResizeFailed, "Resize", "Cannot grow the volume of %s to %s: %v", m.name, want.String(), err)
+			r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonVolumeResizeFailed, "Resize", "Cannot grow the volume of %s to %s: %v", m.name, want.String(), err)
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("while growing the volume of %s: %w", m.name, err)
 		}
-		r.event(c, corev1.EventTypeNormal, "ResizingVolume", "Resize", "Growing the volume of %s from %s to %s", m.name, have.String(), want.String())
+		r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonResizingVolume, "Resize", "Growing the volume of %s from %s to %s", m.name, have.String(), want.String())
 	}
 	return nil
 }
@@ -259,7 +259,7 @@ func (r *ClusterReconciler) recloneBrokenReplica(ctx context.Context, c *tuskv1a
 	if broken == nil {
 		return false, nil
 	}
-	r.event(c, corev1.EventTypeWarning, "RecloningInstance", "Heal", "Replacing replica %s with a fresh copy of the primary: postgres crashed %d times in a row (%s)",
+	r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonRecloningInstance, "Heal", "Replacing replica %s with a fresh copy of the primary: postgres crashed %d times in a row (%s)",
 		broken.name, broken.status.CrashStreak, broken.status.LastError)
 	return true, r.removeInstance(ctx, broken)
 }

@@ -118,7 +118,7 @@ func clusterMetrics(c *tuskv1alpha1.PostgresCluster, lastBackup *tuskv1alpha1.Po
 	out := []prometheus.Metric{
 		clusterGauge(descInstances, float64(c.Spec.Instances), ns, name),
 		clusterGauge(descInstancesReady, float64(st.ReadyInstances), ns, name),
-		clusterGauge(descReady, boolFloat(meta.IsStatusConditionTrue(st.Conditions, ConditionReady)), ns, name),
+		clusterGauge(descReady, boolFloat(meta.IsStatusConditionTrue(st.Conditions, tuskv1alpha1.ConditionReady)), ns, name),
 	}
 	if st.CurrentPrimary != "" {
 		out = append(out, clusterGauge(descPrimary, 1, ns, name, st.CurrentPrimary))

@@ -34,7 +34,7 @@ func TestClusterMetrics(t *testing.T) {
 	c.Spec.Instances = 3
 	c.Status = tuskv1alpha1.PostgresClusterStatus{
 		Phase: tuskv1alpha1.ClusterPhaseDegraded, CurrentPrimary: "orders-1", ReadyInstances: 2,
-		Conditions: []metav1.Condition{{Type: ConditionReady, Status: metav1.ConditionFalse}},
+		Conditions: []metav1.Condition{{Type: tuskv1alpha1.ConditionReady, Status: metav1.ConditionFalse}},
 		Instances: []tuskv1alpha1.InstanceStatus{
 			{Name: "orders-1", Ready: true, LSN: "0/5000060"},
 			{Name: "orders-2", Ready: true, LagBytes: ptr.To[int64](4096)},

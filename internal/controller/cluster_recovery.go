@@ -25,13 +25,6 @@ const (
 	latestBackup             = "latest" // the instance manager's --recovery-backup for the newest fitting backup
 )
 
-// Reasons of a recovery bootstrap.
-const (
-	ReasonWaitingForBackup      = "WaitingForBackup"
-	ReasonRecoverySourceInvalid = "RecoverySourceInvalid"
-	ReasonRecovering            = "Recovering"
-)
-
 // recoverySource is where the first instance recovers from: a location
 // (its path resolved), a backup there (or latestBackup) and the target.
 type recoverySource struct {
@@ -65,7 +58,7 @@ func resolveRecovery(c *tuskv1alpha1.PostgresCluster, backup *tuskv1alpha1.Postg
 	case spec.Source != nil:
 		src.store = *spec.Source
 		if strings.Trim(src.store.Path, "/") == "" {
-			return nil, "", userError(ReasonRecoverySourceInvalid, "spec.bootstrap.recovery.source.path is required: "+
+			return nil, "", userError(tuskv1alpha1.ReasonRecoverySourceInvalid, "spec.bootstrap.recovery.source.path is required: "+
 				"the location's path in the bucket (<namespace>/<source cluster> when its spec.backup.objectStore.path was unset)")
 		}
 	case spec.Backup != nil:
@@ -74,13 +67,13 @@ func resolveRecovery(c *tuskv1alpha1.PostgresCluster, backup *tuskv1alpha1.Postg
 		case backup == nil:
 			return nil, fmt.Sprintf("Waiting for the PostgresBackup %s named by spec.bootstrap.recovery.backup: it does not exist", name), nil
 		case backup.Status.Phase == tuskv1alpha1.BackupPhaseFailed:
-			return nil, "", userError(ReasonRecoverySourceInvalid, "the PostgresBackup %s named by spec.bootstrap.recovery.backup failed (%s): "+
+			return nil, "", userError(tuskv1alpha1.ReasonRecoverySourceInvalid, "the PostgresBackup %s named by spec.bootstrap.recovery.backup failed (%s): "+
 				"recover from another backup", name, backup.Status.Error)
 		case backup.Status.Phase != tuskv1alpha1.BackupPhaseCompleted:
 			return nil, fmt.Sprintf("Waiting for the PostgresBackup %s named by spec.bootstrap.recovery.backup to complete (phase %q)",
 				name, backup.Status.Phase), nil
 		case backup.Status.ObjectStore == nil:
-			return nil, "", userError(ReasonRecoverySourceInvalid, "the PostgresBackup %s named by spec.bootstrap.recovery.backup "+
+			return nil, "", userError(tuskv1alpha1.ReasonRecoverySourceInvalid, "the PostgresBackup %s named by spec.bootstrap.recovery.backup "+
 				"records no object store (status.objectStore): recover from its location with spec.bootstrap.recovery.source", name)
 		}
 		src.store, src.backup = *backup.Status.ObjectStore, name
@@ -89,10 +82,10 @@ func resolveRecovery(c *tuskv1alpha1.PostgresCluster, backup *tuskv1alpha1.Postg
 			src.store.Path = legacyArchivePath(backup)
 		}
 	default:
-		return nil, "", userError(ReasonRecoverySourceInvalid, "spec.bootstrap.recovery needs a backup or a source")
+		return nil, "", userError(tuskv1alpha1.ReasonRecoverySourceInvalid, "spec.bootstrap.recovery needs a backup or a source")
 	}
 	if c.Spec.Backup != nil && sameLocation(c.Spec.Backup.ObjectStore, archivePath(c), src.store) {
-		return nil, "", userError(ReasonRecoverySourceInvalid, "refusing to recover from %s: it is this cluster's own spec.backup location, "+
+		return nil, "", userError(tuskv1alpha1.ReasonRecoverySourceInvalid, "refusing to recover from %s: it is this cluster's own spec.backup location, "+
 			"and archiving there would mix the new cluster's WAL into the source's archive; give spec.backup.objectStore another path",
 			locationString(src.store))
 	}
@@ -136,11 +129,11 @@ func (r *ClusterReconciler) reconcileRecoverySource(ctx context.Context, c *tusk
 	}
 	store := src.store
 	id, secret := credentialKeys(store.CredentialsSecret)
-	if err := r.requireSecretKeysAs(ctx, c, ReasonRecoverySourceInvalid, src.field+".credentialsSecret", store.CredentialsSecret.Name, id, secret); err != nil {
+	if err := r.requireSecretKeysAs(ctx, c, tuskv1alpha1.ReasonRecoverySourceInvalid, src.field+".credentialsSecret", store.CredentialsSecret.Name, id, secret); err != nil {
 		return nil, "", err
 	}
 	if ca := store.CASecret; ca != nil {
-		if err := r.requireSecretKeysAs(ctx, c, ReasonRecoverySourceInvalid, src.field+".caSecret", ca.Name, ca.Key); err != nil {
+		if err := r.requireSecretKeysAs(ctx, c, tuskv1alpha1.ReasonRecoverySourceInvalid, src.field+".caSecret", ca.Name, ca.Key); err != nil {
 			return nil, "", err
 		}
 	}
@@ -232,7 +225,7 @@ func recoveringCondition(c *tuskv1alpha1.PostgresCluster, v *view) (metav1.Condi
 	if rec.FailedAttempts > 0 {
 		msg += fmt.Sprintf("; %d failed attempts, the last: %s", rec.FailedAttempts, primary.status.LastError)
 	}
-	return metav1.Condition{Type: ConditionProgressing, Status: metav1.ConditionTrue, Reason: ReasonRecovering, Message: msg}, true
+	return metav1.Condition{Type: tuskv1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: tuskv1alpha1.ReasonRecovering, Message: msg}, true
 }
 
 // clustersRecoveringFrom maps a PostgresBackup to the clusters of its

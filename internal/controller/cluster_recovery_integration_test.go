@@ -25,7 +25,7 @@ func s3Secret(ns, name string) *corev1.Secret {
 // waitingForBackup: the cluster is Pending, not Ready, for the reason
 // WaitingForBackup and the message what.
 func waitingForBackup(what string) func(c *tuskv1alpha1.PostgresCluster) error {
-	return waitingFor(ReasonWaitingForBackup, what)
+	return waitingFor(tuskv1alpha1.ReasonWaitingForBackup, what)
 }
 
 // waitingFor: the cluster is Pending, not Ready, for reason and the
@@ -36,11 +36,11 @@ func waitingFor(reason, what string) func(c *tuskv1alpha1.PostgresCluster) error
 			return fmt.Errorf("phase %q for generation %d/%d, want Pending", c.Status.Phase, c.Status.ObservedGeneration, c.Generation)
 		}
 		for _, cond := range c.Status.Conditions {
-			if cond.Type == ConditionReady && (cond.Status != metav1.ConditionFalse || cond.Reason != reason || cond.Message != what) {
+			if cond.Type == tuskv1alpha1.ConditionReady && (cond.Status != metav1.ConditionFalse || cond.Reason != reason || cond.Message != what) {
 				return fmt.Errorf("Ready %s %s %q, want False %s %q", cond.Status, cond.Reason, cond.Message, reason, what)
 			}
 		}
-		return condition(c, ConditionProgressing, metav1.ConditionTrue, reason)
+		return condition(c, tuskv1alpha1.ConditionProgressing, metav1.ConditionTrue, reason)
 	}
 }
 
@@ -138,10 +138,10 @@ func TestRecoveryIntoItsOwnArchiveIsRefused(t *testing.T) {
 	cluster.Spec.Bootstrap = &tuskv1alpha1.BootstrapSpec{Recovery: &tuskv1alpha1.RecoverySpec{Source: &source}}
 	create(t, cluster)
 	key := client.ObjectKeyFromObject(cluster)
-	clusterWhen(t, key, failedSaying(ReasonRecoverySourceInvalid, "refusing to recover from https://s3.example.com/backups/"+ns+"/pg: "+
+	clusterWhen(t, key, failedSaying(tuskv1alpha1.ReasonRecoverySourceInvalid, "refusing to recover from https://s3.example.com/backups/"+ns+"/pg: "+
 		"it is this cluster's own spec.backup location, and archiving there would mix the new cluster's WAL into the source's archive; "+
 		"give spec.backup.objectStore another path"))
-	e := waitForEvent(t, ns, ReasonRecoverySourceInvalid, "own spec.backup location")
+	e := waitForEvent(t, ns, tuskv1alpha1.ReasonRecoverySourceInvalid, "own spec.backup location")
 	if e.Type != corev1.EventTypeWarning || e.Regarding.Name != "pg" {
 		t.Errorf("Event %s about %s, want a Warning about pg", e.Type, e.Regarding.Name)
 	}
@@ -156,7 +156,7 @@ func TestRecoveryIntoItsOwnArchiveIsRefused(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	clusterWhen(t, key, failedSaying(ReasonRecoverySourceInvalid, "the Secret src-s3 named by spec.bootstrap.recovery.source.credentialsSecret does not exist"))
+	clusterWhen(t, key, failedSaying(tuskv1alpha1.ReasonRecoverySourceInvalid, "the Secret src-s3 named by spec.bootstrap.recovery.source.credentialsSecret does not exist"))
 	noPods(t, ns)
 
 	create(t, s3Secret(ns, "src-s3"))
@@ -181,9 +181,9 @@ func TestCloneWaitsForItsSource(t *testing.T) {
 	clone.Spec.Bootstrap = &tuskv1alpha1.BootstrapSpec{Clone: &tuskv1alpha1.CloneSpec{Cluster: "pg"}}
 	create(t, clone)
 	key := client.ObjectKeyFromObject(clone)
-	clusterWhen(t, key, waitingFor(ReasonWaitingForSource, "Waiting for the PostgresCluster pg named by spec.bootstrap.clone.cluster: it does not exist"))
+	clusterWhen(t, key, waitingFor(tuskv1alpha1.ReasonWaitingForSource, "Waiting for the PostgresCluster pg named by spec.bootstrap.clone.cluster: it does not exist"))
 	create(t, newCluster(ns))
-	clusterWhen(t, key, waitingFor(ReasonWaitingForSource, "Waiting for the PostgresCluster pg named by spec.bootstrap.clone.cluster to be Ready"))
+	clusterWhen(t, key, waitingFor(tuskv1alpha1.ReasonWaitingForSource, "Waiting for the PostgresCluster pg named by spec.bootstrap.clone.cluster to be Ready"))
 	var pods corev1.PodList
 	if err := env.Client.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{LabelCluster: "copy"}); err != nil {
 		t.Fatal(err)
@@ -196,6 +196,6 @@ func TestCloneWaitsForItsSource(t *testing.T) {
 	self.Name = "narcissus"
 	self.Spec.Bootstrap = &tuskv1alpha1.BootstrapSpec{Clone: &tuskv1alpha1.CloneSpec{Cluster: "narcissus"}}
 	create(t, self)
-	clusterWhen(t, client.ObjectKeyFromObject(self), failedSaying(ReasonCloneSourceInvalid,
+	clusterWhen(t, client.ObjectKeyFromObject(self), failedSaying(tuskv1alpha1.ReasonCloneSourceInvalid,
 		"spec.bootstrap.clone.cluster names this cluster itself: clone another cluster"))
 }

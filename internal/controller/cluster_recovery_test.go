@@ -168,7 +168,7 @@ func TestRecoveringCondition(t *testing.T) {
 		switch {
 		case tc.want == "" && ok:
 			t.Errorf("%s: recovering %+v, want not", tc.name, cond)
-		case tc.want != "" && (!ok || cond.Reason != ReasonRecovering || cond.Status != metav1.ConditionTrue || cond.Message != tc.want):
+		case tc.want != "" && (!ok || cond.Reason != tuskv1alpha1.ReasonRecovering || cond.Status != metav1.ConditionTrue || cond.Message != tc.want):
 			t.Errorf("%s: %+v, want Progressing True, Recovering, %q", tc.name, cond, tc.want)
 		}
 	}
@@ -182,19 +182,19 @@ func TestRecoveryPendingOnlyWhileCreating(t *testing.T) {
 		want   bool
 	}{
 		{"", "", true},
-		{tuskv1alpha1.ClusterPhasePending, ReasonWaitingForBackup, true},
-		{tuskv1alpha1.ClusterPhaseCreating, ReasonRecovering, true},
+		{tuskv1alpha1.ClusterPhasePending, tuskv1alpha1.ReasonWaitingForBackup, true},
+		{tuskv1alpha1.ClusterPhaseCreating, tuskv1alpha1.ReasonRecovering, true},
 		// A spec error while waiting or recovering must not end the
 		// recovery: the next pass would initdb the first instance.
-		{tuskv1alpha1.ClusterPhaseFailed, ReasonWaitingForBackup, true},
-		{tuskv1alpha1.ClusterPhaseFailed, ReasonRecovering, true},
-		{tuskv1alpha1.ClusterPhaseHealthy, ReasonUpToDate, false},
-		{tuskv1alpha1.ClusterPhaseFailed, ReasonUpToDate, false},
+		{tuskv1alpha1.ClusterPhaseFailed, tuskv1alpha1.ReasonWaitingForBackup, true},
+		{tuskv1alpha1.ClusterPhaseFailed, tuskv1alpha1.ReasonRecovering, true},
+		{tuskv1alpha1.ClusterPhaseHealthy, tuskv1alpha1.ReasonUpToDate, false},
+		{tuskv1alpha1.ClusterPhaseFailed, tuskv1alpha1.ReasonUpToDate, false},
 	} {
 		c.Status.Phase = tc.phase
 		c.Status.Conditions = nil
 		if tc.reason != "" {
-			setCondition(c, metav1.Condition{Type: ConditionProgressing, Status: metav1.ConditionTrue, Reason: tc.reason, Message: "x"})
+			setCondition(c, metav1.Condition{Type: tuskv1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: tc.reason, Message: "x"})
 		}
 		if got := recoveryPending(c); got != tc.want {
 			t.Errorf("phase %q, Progressing %q: recoveryPending = %v, want %v", tc.phase, tc.reason, got, tc.want)
@@ -215,9 +215,9 @@ func TestResolveClone(t *testing.T) {
 	source := defaultCluster()
 	source.Name = "orders"
 	ready := source.DeepCopy()
-	setCondition(ready, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonClusterReady})
+	setCondition(ready, metav1.Condition{Type: tuskv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: tuskv1alpha1.ReasonClusterReady})
 	notReady := source.DeepCopy()
-	setCondition(notReady, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonCreating})
+	setCondition(notReady, metav1.Condition{Type: tuskv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: tuskv1alpha1.ReasonCreating})
 	for _, tc := range []struct {
 		name   string
 		self   bool

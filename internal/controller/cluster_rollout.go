@@ -104,13 +104,13 @@ func (r *ClusterReconciler) rolloutHeldBack(ctx context.Context, c *tuskv1alpha1
 // PostgreSQL in place when only settings changed.
 func (r *ClusterReconciler) updateInstance(ctx context.Context, c *tuskv1alpha1.PostgresCluster, m *member, hash string, ic *instanceClient) error {
 	if outdated(m, hash) {
-		r.event(c, corev1.EventTypeNormal, "RollingOut", "Update", "Replacing the pod of %s to apply the new spec", m.name)
+		r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonRollingOut, "Update", "Replacing the pod of %s to apply the new spec", m.name)
 		if err := r.Delete(ctx, m.pod); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("while replacing the pod of %s: %w", m.name, err)
 		}
 		return nil
 	}
-	r.event(c, corev1.EventTypeNormal, "Restarting", "Update", "Restarting PostgreSQL on %s to apply %v", m.name, m.status.PendingRestart)
+	r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonRestarting, "Update", "Restarting PostgreSQL on %s to apply %v", m.name, m.status.PendingRestart)
 	if err := ic.call(ctx, m.pod, http.MethodPost, instanceapi.PathRestart, nil, nil); err != nil {
 		return fmt.Errorf("while restarting %s: %w", m.name, err)
 	}

@@ -103,47 +103,47 @@ func lagBehind(st *instanceapi.Status, primary *member) *int64 {
 }
 
 func progressingCondition(c *tuskv1alpha1.PostgresCluster, v *view, p progress) metav1.Condition {
-	cond := metav1.Condition{Type: ConditionProgressing, Status: metav1.ConditionTrue}
+	cond := metav1.Condition{Type: tuskv1alpha1.ConditionProgressing, Status: metav1.ConditionTrue}
 	if recovering, ok := recoveringCondition(c, v); ok && p.creating {
 		return recovering
 	}
 	switch {
 	case p.creating && p.adopting != "":
-		cond.Reason, cond.Message = ReasonAdoptingVolumes, p.adopting
+		cond.Reason, cond.Message = tuskv1alpha1.ReasonAdoptingVolumes, p.adopting
 	case p.creating:
-		cond.Reason, cond.Message = ReasonCreating, "Creating the primary "+c.Status.CurrentPrimary
+		cond.Reason, cond.Message = tuskv1alpha1.ReasonCreating, "Creating the primary "+c.Status.CurrentPrimary
 	case p.failover.done:
-		cond.Reason = ReasonFailingOver
+		cond.Reason = tuskv1alpha1.ReasonFailingOver
 		cond.Message = fmt.Sprintf("Failed over to %s; waiting for the instances to report their new roles", c.Status.CurrentPrimary)
 	case p.failover.underway:
-		cond.Reason = ReasonFailingOver
+		cond.Reason = tuskv1alpha1.ReasonFailingOver
 		cond.Message = fmt.Sprintf("The primary %s failed (%s); promoting %s", c.Status.CurrentPrimary, p.failover.failed, p.failover.candidate)
 		if p.failover.wait > 0 {
 			cond.Message += fmt.Sprintf(" once its Lease expires (in %s)", p.failover.wait.Round(100*time.Millisecond))
 		}
 	case p.switching:
-		cond.Reason, cond.Message = ReasonSwitchingOver, fmt.Sprintf("Switching the primary from %s to %s", c.Status.CurrentPrimary, c.Status.TargetPrimary)
+		cond.Reason, cond.Message = tuskv1alpha1.ReasonSwitchingOver, fmt.Sprintf("Switching the primary from %s to %s", c.Status.CurrentPrimary, c.Status.TargetPrimary)
 	case p.switched:
-		cond.Reason = ReasonSwitchingOver
+		cond.Reason = tuskv1alpha1.ReasonSwitchingOver
 		cond.Message = fmt.Sprintf("Switched the primary to %s; waiting for the instances to report their new roles", c.Status.CurrentPrimary)
 	case p.rollout.halted:
-		cond.Reason, cond.Message = ReasonRolloutHalted, "Rollout halted, "+p.rollout.waiting
+		cond.Reason, cond.Message = tuskv1alpha1.ReasonRolloutHalted, "Rollout halted, "+p.rollout.waiting
 	case p.rollout.pending:
-		cond.Reason, cond.Message = ReasonRollingOut, "Rolling out the new spec"
+		cond.Reason, cond.Message = tuskv1alpha1.ReasonRollingOut, "Rolling out the new spec"
 		if p.rollout.waiting != "" {
 			cond.Message += ", " + p.rollout.waiting
 		}
 	case p.scaling || len(v.members) != int(c.Spec.Instances) || v.readyCount() < len(v.members):
-		cond.Reason = ReasonScaling
+		cond.Reason = tuskv1alpha1.ReasonScaling
 		cond.Message = fmt.Sprintf("%d of %d instances ready", v.readyCount(), c.Spec.Instances)
 	default:
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonUpToDate, "Every instance runs the current spec"
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, tuskv1alpha1.ReasonUpToDate, "Every instance runs the current spec"
 	}
 	return cond
 }
 
 func degradedCondition(c *tuskv1alpha1.PostgresCluster, v *view, p progress) metav1.Condition {
-	cond := metav1.Condition{Type: ConditionDegraded, Status: metav1.ConditionTrue}
+	cond := metav1.Condition{Type: tuskv1alpha1.ConditionDegraded, Status: metav1.ConditionTrue}
 	primary := v.member(c.Status.CurrentPrimary)
 	var notReady []string
 	for _, m := range v.members {
@@ -153,23 +153,23 @@ func degradedCondition(c *tuskv1alpha1.PostgresCluster, v *view, p progress) met
 	}
 	switch {
 	case p.failover.blocked != "":
-		cond.Reason = ReasonFailoverBlocked
+		cond.Reason = tuskv1alpha1.ReasonFailoverBlocked
 		cond.Message = fmt.Sprintf("The primary %s failed (%s) and no replica may take over: %s", c.Status.CurrentPrimary, p.failover.failed, p.failover.blocked)
 	case primary == nil || !primary.ready():
-		cond.Reason, cond.Message = ReasonPrimaryNotReady, "The primary is not ready"
+		cond.Reason, cond.Message = tuskv1alpha1.ReasonPrimaryNotReady, "The primary is not ready"
 		if primary != nil {
 			cond.Message += notReadyReason(primary)
 		}
 	case len(notReady) > 0:
-		cond.Reason, cond.Message = ReasonInstancesNotReady, fmt.Sprintf("Not ready: %v", notReady)
+		cond.Reason, cond.Message = tuskv1alpha1.ReasonInstancesNotReady, fmt.Sprintf("Not ready: %v", notReady)
 	case p.syncDegrade:
-		cond.Reason = ReasonSynchronousDegraded
+		cond.Reason = tuskv1alpha1.ReasonSynchronousDegraded
 		cond.Message = fmt.Sprintf("Fewer than %d standbys are streaming: commits are acknowledged with fewer confirmations", c.Spec.PostgreSQL.Synchronous.Number)
 		if c.Spec.PostgreSQL.Synchronous.WhenTooFewStandbys == tuskv1alpha1.StandbyShortageBlock {
 			cond.Message = fmt.Sprintf("Fewer than %d standbys are streaming: commits wait for them (whenTooFewStandbys: block)", c.Spec.PostgreSQL.Synchronous.Number)
 		}
 	case c.Spec.Backup != nil && c.Status.Archive != nil && c.Status.Archive.Failing:
-		cond.Reason = ReasonArchiveFailing
+		cond.Reason = tuskv1alpha1.ReasonArchiveFailing
 		cond.Message = fmt.Sprintf("Archiving WAL to the object store fails (last failed: %s); PostgreSQL keeps the WAL and retries: see the primary's log for why",
 			c.Status.Archive.LastFailedWAL)
 		if why := c.Status.Archive.Reason; why != "" {
@@ -177,21 +177,21 @@ func degradedCondition(c *tuskv1alpha1.PostgresCluster, v *view, p progress) met
 				c.Status.Archive.LastFailedWAL, why)
 		}
 	default:
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonAllInstancesReady, "Every instance is ready"
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, tuskv1alpha1.ReasonAllInstancesReady, "Every instance is ready"
 	}
 	return cond
 }
 
 // readyCondition is true when the cluster is fully up and nothing changes.
 func readyCondition(c *tuskv1alpha1.PostgresCluster, progressing, degraded metav1.Condition) metav1.Condition {
-	cond := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse}
+	cond := metav1.Condition{Type: tuskv1alpha1.ConditionReady, Status: metav1.ConditionFalse}
 	switch {
 	case degraded.Status == metav1.ConditionTrue && !stillServing(c, degraded):
 		cond.Reason, cond.Message = degraded.Reason, degraded.Message
 	case progressing.Status == metav1.ConditionTrue:
 		cond.Reason, cond.Message = progressing.Reason, progressing.Message
 	default:
-		cond.Status, cond.Reason = metav1.ConditionTrue, ReasonClusterReady
+		cond.Status, cond.Reason = metav1.ConditionTrue, tuskv1alpha1.ReasonClusterReady
 		cond.Message = fmt.Sprintf("%d instances ready; %s is the primary", c.Spec.Instances, c.Status.CurrentPrimary)
 	}
 	return cond
@@ -206,8 +206,8 @@ func stillCreating(c *tuskv1alpha1.PostgresCluster) bool {
 	case "", tuskv1alpha1.ClusterPhasePending, tuskv1alpha1.ClusterPhaseCreating:
 		return true
 	case tuskv1alpha1.ClusterPhaseFailed:
-		prog := meta.FindStatusCondition(c.Status.Conditions, ConditionProgressing)
-		return prog == nil || slices.Contains([]string{ReasonCreating, ReasonAdoptingVolumes, ReasonRecovering, ReasonWaitingForBackup, ReasonWaitingForSource}, prog.Reason)
+		prog := meta.FindStatusCondition(c.Status.Conditions, tuskv1alpha1.ConditionProgressing)
+		return prog == nil || slices.Contains([]string{tuskv1alpha1.ReasonCreating, tuskv1alpha1.ReasonAdoptingVolumes, tuskv1alpha1.ReasonRecovering, tuskv1alpha1.ReasonWaitingForBackup, tuskv1alpha1.ReasonWaitingForSource}, prog.Reason)
 	}
 	return false
 }
@@ -217,9 +217,9 @@ func stillCreating(c *tuskv1alpha1.PostgresCluster) bool {
 // not), and failing archiving holds WAL in pg_wal, not writes.
 func stillServing(c *tuskv1alpha1.PostgresCluster, degraded metav1.Condition) bool {
 	switch degraded.Reason {
-	case ReasonSynchronousDegraded:
+	case tuskv1alpha1.ReasonSynchronousDegraded:
 		return c.Spec.PostgreSQL.Synchronous.WhenTooFewStandbys != tuskv1alpha1.StandbyShortageBlock
-	case ReasonArchiveFailing:
+	case tuskv1alpha1.ReasonArchiveFailing:
 		return true
 	}
 	return false
@@ -233,7 +233,7 @@ func phase(p progress, progressing, degraded metav1.Condition) tuskv1alpha1.Clus
 		return tuskv1alpha1.ClusterPhaseFailingOver
 	case p.switching || p.switched:
 		return tuskv1alpha1.ClusterPhaseSwitchingOver
-	case progressing.Status == metav1.ConditionTrue && progressing.Reason != ReasonScaling:
+	case progressing.Status == metav1.ConditionTrue && progressing.Reason != tuskv1alpha1.ReasonScaling:
 		return tuskv1alpha1.ClusterPhaseUpdating
 	case progressing.Status == metav1.ConditionTrue:
 		return tuskv1alpha1.ClusterPhaseScaling

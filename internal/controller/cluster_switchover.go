@@ -84,7 +84,7 @@ func (r *ClusterReconciler) startSwitchover(ctx context.Context, c *tuskv1alpha1
 		c.Status.TargetPrimary = c.Status.CurrentPrimary // not decided after all
 		return err
 	}
-	r.event(c, corev1.EventTypeNormal, "SwitchingOver", "Switchover", "Switching the primary from %s to %s: %s", c.Status.CurrentPrimary, target.name, why)
+	r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonSwitchingOver, "Switchover", "Switching the primary from %s to %s: %s", c.Status.CurrentPrimary, target.name, why)
 	return nil
 }
 
@@ -108,7 +108,7 @@ func (r *ClusterReconciler) takeSwitchoverRequest(ctx context.Context, c *tuskv1
 		return nil
 	}
 	if why := refusedSwitchoverRequest(c, v, want); why != "" {
-		r.event(c, corev1.EventTypeWarning, ReasonSwitchoverRefused, "Switchover",
+		r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonSwitchoverRefused, "Switchover",
 			"Refused to switch the primary over to %s: %s; %s stays the primary", want, why, c.Status.CurrentPrimary)
 	} else if err := r.startSwitchover(ctx, c, v.member(want), "asked for with the "+tuskv1alpha1.AnnotationSwitchoverTo+" annotation"); err != nil {
 		return err
@@ -162,7 +162,7 @@ func (r *ClusterReconciler) refuseUnsafeTarget(ctx context.Context, c *tuskv1alp
 		c.Status.TargetPrimary = refused
 		return err
 	}
-	r.event(c, corev1.EventTypeWarning, ReasonSwitchoverRefused, "Switchover",
+	r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonSwitchoverRefused, "Switchover",
 		"Refused to switch the primary over to %s: %s; %s stays the primary", refused, why, c.Status.CurrentPrimary)
 	return nil
 }
@@ -245,7 +245,7 @@ func (r *ClusterReconciler) reconcileSwitchover(ctx context.Context, c *tuskv1al
 	if err := r.persistStatus(ctx, c); err != nil {
 		return true, err
 	}
-	r.event(c, corev1.EventTypeNormal, "SwitchedOver", "Switchover", "%s is the primary; %s follows it", target.name, from)
+	r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonSwitchedOver, "Switchover", "%s is the primary; %s follows it", target.name, from)
 	observePrimaryChange(c, "switchover")
 	return false, nil
 }
@@ -304,8 +304,8 @@ func (r *ClusterReconciler) promoteAndRepoint(ctx context.Context, c *tuskv1alph
 // take the Ready of the reports before the switchover for the new state.
 func markSwitched(c *tuskv1alpha1.PostgresCluster) {
 	msg := fmt.Sprintf("Switched the primary to %s; waiting for the instances to report their new roles", c.Status.CurrentPrimary)
-	setCondition(c, metav1.Condition{Type: ConditionProgressing, Status: metav1.ConditionTrue, Reason: ReasonSwitchingOver, Message: msg})
-	setCondition(c, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonSwitchingOver, Message: msg})
+	setCondition(c, metav1.Condition{Type: tuskv1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: tuskv1alpha1.ReasonSwitchingOver, Message: msg})
+	setCondition(c, metav1.Condition{Type: tuskv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: tuskv1alpha1.ReasonSwitchingOver, Message: msg})
 	c.Status.Phase = tuskv1alpha1.ClusterPhaseSwitchingOver
 }
 
@@ -321,7 +321,7 @@ func (r *ClusterReconciler) abortSwitchover(ctx context.Context, c *tuskv1alpha1
 	if err := r.persistStatus(ctx, c); err != nil {
 		return err
 	}
-	r.event(c, corev1.EventTypeWarning, "SwitchoverAborted", "Switchover", "Gave up switching over to %s: %s; %s is the primary again", target, why, old.name)
+	r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonSwitchoverAborted, "Switchover", "Gave up switching over to %s: %s; %s is the primary again", target, why, old.name)
 	return nil
 }
 

@@ -40,7 +40,7 @@ func TestUnknownSwitchoverTargetIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := waitForEvent(t, ns, ReasonSwitchoverRefused, "pg-9")
+	e := waitForEvent(t, ns, tuskv1alpha1.ReasonSwitchoverRefused, "pg-9")
 	if e.Type != corev1.EventTypeWarning {
 		t.Errorf("Event %s, want a Warning", e.Type)
 	}
@@ -111,7 +111,7 @@ func TestSwitchoverRequestThatCannotBeMetIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := waitForEvent(t, ns, ReasonSwitchoverRefused, "pg-2: it is not an instance of this cluster")
+	e := waitForEvent(t, ns, tuskv1alpha1.ReasonSwitchoverRefused, "pg-2: it is not an instance of this cluster")
 	if e.Type != corev1.EventTypeWarning {
 		t.Errorf("Event %s, want a Warning", e.Type)
 	}

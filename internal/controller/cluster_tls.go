@@ -155,7 +155,7 @@ func (r *ClusterReconciler) clusterCA(ctx context.Context, c *tuskv1alpha1.Postg
 		return ca, nil
 	}
 	if name != caSecretName(c) {
-		return pki.KeyPair{}, userError(ReasonCASecretInvalid, "the Secret %s named by spec.tls.caSecret needs the keys ca.crt and ca.key (PEM)", name)
+		return pki.KeyPair{}, userError(tuskv1alpha1.ReasonCASecretInvalid, "the Secret %s named by spec.tls.caSecret needs the keys ca.crt and ca.key (PEM)", name)
 	}
 	return pki.NewCA(c.Name+" PostgreSQL CA", caValidity, time.Now())
 }
@@ -252,7 +252,7 @@ func (r *ClusterReconciler) warnExpiringCA(c *tuskv1alpha1.PostgresCluster, ca p
 	if name := userCASecret(c); name != "" {
 		how = fmt.Sprintf("put a renewed CA in the Secret %s (spec.tls.caSecret)", name)
 	}
-	r.event(c, corev1.EventTypeWarning, ReasonCAExpiring, "TLS", "The cluster's CA %q expires at %s; every certificate ends with it: %s",
+	r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonCAExpiring, "TLS", "The cluster's CA %q expires at %s; every certificate ends with it: %s",
 		cert.Subject.CommonName, cert.NotAfter.UTC().Format(time.RFC3339), how)
 }
 

@@ -394,30 +394,30 @@ func TestSetStatus(t *testing.T) {
 		wantPhase tuskv1alpha1.ClusterPhase
 	}{
 		{"healthy", tuskv1alpha1.ClusterPhaseHealthy, allReady, progress{},
-			metav1.ConditionTrue, metav1.ConditionFalse, metav1.ConditionFalse, ReasonClusterReady, ReasonAllInstancesReady, tuskv1alpha1.ClusterPhaseHealthy},
+			metav1.ConditionTrue, metav1.ConditionFalse, metav1.ConditionFalse, tuskv1alpha1.ReasonClusterReady, tuskv1alpha1.ReasonAllInstancesReady, tuskv1alpha1.ClusterPhaseHealthy},
 		{"creating", "", []inst{{serial: 1}}, progress{creating: true},
-			metav1.ConditionFalse, metav1.ConditionTrue, metav1.ConditionTrue, ReasonPrimaryNotReady, ReasonPrimaryNotReady, tuskv1alpha1.ClusterPhaseCreating},
+			metav1.ConditionFalse, metav1.ConditionTrue, metav1.ConditionTrue, tuskv1alpha1.ReasonPrimaryNotReady, tuskv1alpha1.ReasonPrimaryNotReady, tuskv1alpha1.ClusterPhaseCreating},
 		{"a replica not ready", tuskv1alpha1.ClusterPhaseHealthy,
 			[]inst{{serial: 1, ready: true}, {serial: 2, ready: true, streaming: true}, {serial: 3}}, progress{},
-			metav1.ConditionFalse, metav1.ConditionTrue, metav1.ConditionTrue, ReasonInstancesNotReady, ReasonInstancesNotReady, tuskv1alpha1.ClusterPhaseScaling},
+			metav1.ConditionFalse, metav1.ConditionTrue, metav1.ConditionTrue, tuskv1alpha1.ReasonInstancesNotReady, tuskv1alpha1.ReasonInstancesNotReady, tuskv1alpha1.ClusterPhaseScaling},
 		{"the primary not ready", tuskv1alpha1.ClusterPhaseHealthy,
 			[]inst{{serial: 1}, {serial: 2, ready: true}, {serial: 3, ready: true}}, progress{},
-			metav1.ConditionFalse, metav1.ConditionTrue, metav1.ConditionTrue, ReasonPrimaryNotReady, ReasonPrimaryNotReady, tuskv1alpha1.ClusterPhaseScaling},
+			metav1.ConditionFalse, metav1.ConditionTrue, metav1.ConditionTrue, tuskv1alpha1.ReasonPrimaryNotReady, tuskv1alpha1.ReasonPrimaryNotReady, tuskv1alpha1.ClusterPhaseScaling},
 		{"scaling up, all present ready", tuskv1alpha1.ClusterPhaseHealthy,
 			[]inst{{serial: 1, ready: true}, {serial: 2, ready: true, streaming: true}}, progress{scaling: true},
-			metav1.ConditionFalse, metav1.ConditionTrue, metav1.ConditionFalse, ReasonScaling, ReasonAllInstancesReady, tuskv1alpha1.ClusterPhaseScaling},
+			metav1.ConditionFalse, metav1.ConditionTrue, metav1.ConditionFalse, tuskv1alpha1.ReasonScaling, tuskv1alpha1.ReasonAllInstancesReady, tuskv1alpha1.ClusterPhaseScaling},
 		{"fewer instances than spec", tuskv1alpha1.ClusterPhaseHealthy,
 			[]inst{{serial: 1, ready: true}, {serial: 2, ready: true, streaming: true}}, progress{},
-			metav1.ConditionFalse, metav1.ConditionTrue, metav1.ConditionFalse, ReasonScaling, ReasonAllInstancesReady, tuskv1alpha1.ClusterPhaseScaling},
+			metav1.ConditionFalse, metav1.ConditionTrue, metav1.ConditionFalse, tuskv1alpha1.ReasonScaling, tuskv1alpha1.ReasonAllInstancesReady, tuskv1alpha1.ClusterPhaseScaling},
 		{"rolling out", tuskv1alpha1.ClusterPhaseHealthy, allReady, progress{rollout: rollout{pending: true}},
-			metav1.ConditionFalse, metav1.ConditionTrue, metav1.ConditionFalse, ReasonRollingOut, ReasonAllInstancesReady, tuskv1alpha1.ClusterPhaseUpdating},
+			metav1.ConditionFalse, metav1.ConditionTrue, metav1.ConditionFalse, tuskv1alpha1.ReasonRollingOut, tuskv1alpha1.ReasonAllInstancesReady, tuskv1alpha1.ClusterPhaseUpdating},
 		{"rollout halted", tuskv1alpha1.ClusterPhaseHealthy, allReady, progress{rollout: rollout{pending: true, halted: true, waiting: "x"}},
-			metav1.ConditionFalse, metav1.ConditionTrue, metav1.ConditionFalse, ReasonRolloutHalted, ReasonAllInstancesReady, tuskv1alpha1.ClusterPhaseUpdating},
+			metav1.ConditionFalse, metav1.ConditionTrue, metav1.ConditionFalse, tuskv1alpha1.ReasonRolloutHalted, tuskv1alpha1.ReasonAllInstancesReady, tuskv1alpha1.ClusterPhaseUpdating},
 		{"switching over", tuskv1alpha1.ClusterPhaseHealthy, allReady, progress{switching: true},
-			metav1.ConditionFalse, metav1.ConditionTrue, metav1.ConditionFalse, ReasonSwitchingOver, ReasonAllInstancesReady, tuskv1alpha1.ClusterPhaseSwitchingOver},
+			metav1.ConditionFalse, metav1.ConditionTrue, metav1.ConditionFalse, tuskv1alpha1.ReasonSwitchingOver, tuskv1alpha1.ReasonAllInstancesReady, tuskv1alpha1.ClusterPhaseSwitchingOver},
 		{"synchronous replication degraded is still ready", tuskv1alpha1.ClusterPhaseHealthy,
 			[]inst{{serial: 1, ready: true}, {serial: 2, ready: true}, {serial: 3, ready: true}}, progress{syncDegrade: true},
-			metav1.ConditionTrue, metav1.ConditionFalse, metav1.ConditionTrue, ReasonClusterReady, ReasonSynchronousDegraded, tuskv1alpha1.ClusterPhaseDegraded},
+			metav1.ConditionTrue, metav1.ConditionFalse, metav1.ConditionTrue, tuskv1alpha1.ReasonClusterReady, tuskv1alpha1.ReasonSynchronousDegraded, tuskv1alpha1.ClusterPhaseDegraded},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -437,9 +437,9 @@ func TestSetStatus(t *testing.T) {
 					t.Errorf("%s has reason %q and observedGeneration %d", typ, cond.Reason, cond.ObservedGeneration)
 				}
 			}
-			check(ConditionReady, tt.wantReady, tt.reason)
-			check(ConditionProgressing, tt.wantProg, "")
-			check(ConditionDegraded, tt.wantDeg, tt.degReason)
+			check(tuskv1alpha1.ConditionReady, tt.wantReady, tt.reason)
+			check(tuskv1alpha1.ConditionProgressing, tt.wantProg, "")
+			check(tuskv1alpha1.ConditionDegraded, tt.wantDeg, tt.degReason)
 			if c.Status.Phase != tt.wantPhase {
 				t.Errorf("phase %s, want %s", c.Status.Phase, tt.wantPhase)
 			}
@@ -472,7 +472,7 @@ func TestSetStatusReportsInstances(t *testing.T) {
 
 func TestStillCreating(t *testing.T) {
 	progressing := func(reason string) []metav1.Condition {
-		return []metav1.Condition{{Type: ConditionProgressing, Status: metav1.ConditionTrue, Reason: reason}}
+		return []metav1.Condition{{Type: tuskv1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: reason}}
 	}
 	tests := []struct {
 		name  string
@@ -481,11 +481,11 @@ func TestStillCreating(t *testing.T) {
 		want  bool
 	}{
 		{"new", "", nil, true},
-		{"creating", tuskv1alpha1.ClusterPhaseCreating, progressing(ReasonCreating), true},
+		{"creating", tuskv1alpha1.ClusterPhaseCreating, progressing(tuskv1alpha1.ReasonCreating), true},
 		{"a spec error before anything ran", tuskv1alpha1.ClusterPhaseFailed, nil, true},
-		{"a spec error while creating", tuskv1alpha1.ClusterPhaseFailed, progressing(ReasonCreating), true},
-		{"a spec error after creation", tuskv1alpha1.ClusterPhaseFailed, progressing(ReasonRollingOut), false},
-		{"healthy", tuskv1alpha1.ClusterPhaseHealthy, progressing(ReasonUpToDate), false},
+		{"a spec error while creating", tuskv1alpha1.ClusterPhaseFailed, progressing(tuskv1alpha1.ReasonCreating), true},
+		{"a spec error after creation", tuskv1alpha1.ClusterPhaseFailed, progressing(tuskv1alpha1.ReasonRollingOut), false},
+		{"healthy", tuskv1alpha1.ClusterPhaseHealthy, progressing(tuskv1alpha1.ReasonUpToDate), false},
 		{"degraded", tuskv1alpha1.ClusterPhaseDegraded, nil, false},
 	}
 	for _, tt := range tests {
@@ -563,10 +563,10 @@ func TestJustSwitchedIsNotReadyYet(t *testing.T) {
 	c.Spec.Instances = 1
 	c.Status.CurrentPrimary, c.Status.TargetPrimary = "pg-1", "pg-1"
 	setStatus(c, &view{}, progress{switched: true})
-	ready := meta.FindStatusCondition(c.Status.Conditions, ConditionReady)
-	progressing := meta.FindStatusCondition(c.Status.Conditions, ConditionProgressing)
-	if ready.Status != metav1.ConditionFalse || progressing.Reason != ReasonSwitchingOver || c.Status.Phase != tuskv1alpha1.ClusterPhaseSwitchingOver {
-		t.Fatalf("just switched: Ready %s, Progressing %s, phase %s; want False, %s, SwitchingOver", ready.Status, progressing.Reason, c.Status.Phase, ReasonSwitchingOver)
+	ready := meta.FindStatusCondition(c.Status.Conditions, tuskv1alpha1.ConditionReady)
+	progressing := meta.FindStatusCondition(c.Status.Conditions, tuskv1alpha1.ConditionProgressing)
+	if ready.Status != metav1.ConditionFalse || progressing.Reason != tuskv1alpha1.ReasonSwitchingOver || c.Status.Phase != tuskv1alpha1.ClusterPhaseSwitchingOver {
+		t.Fatalf("just switched: Ready %s, Progressing %s, phase %s; want False, %s, SwitchingOver", ready.Status, progressing.Reason, c.Status.Phase, tuskv1alpha1.ReasonSwitchingOver)
 	}
 }
 

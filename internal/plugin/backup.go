@@ -152,7 +152,7 @@ func waitForBackup(ctx context.Context, cl client.Client, key client.ObjectKey, 
 // backupProgress is one line of where the backup is.
 func backupProgress(b *tuskv1alpha1.PostgresBackup) string {
 	line := "phase " + orNone(string(b.Status.Phase))
-	if cond := meta.FindStatusCondition(b.Status.Conditions, conditionReady); cond != nil {
+	if cond := meta.FindStatusCondition(b.Status.Conditions, tuskv1alpha1.ConditionReady); cond != nil {
 		line += ", " + conditionLine(*cond)
 	}
 	return line
@@ -255,7 +255,7 @@ func backupMessage(b tuskv1alpha1.PostgresBackup) string {
 	if b.Status.Phase == tuskv1alpha1.BackupPhaseCompleted {
 		return ""
 	}
-	if cond := meta.FindStatusCondition(b.Status.Conditions, conditionReady); cond != nil {
+	if cond := meta.FindStatusCondition(b.Status.Conditions, tuskv1alpha1.ConditionReady); cond != nil {
 		return cond.Message
 	}
 	return ""

@@ -28,7 +28,7 @@ func backupsOfOrders() []tuskv1alpha1.PostgresBackup {
 	return []tuskv1alpha1.PostgresBackup{
 		backup("orders-20261123-100500", "orders", at(5, 0), tuskv1alpha1.PostgresBackupStatus{
 			Phase: tuskv1alpha1.BackupPhaseRunning, Instance: "orders-2", StartedAt: at(5, 1),
-			Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "BackupRunning",
+			Conditions: []metav1.Condition{{Type: tuskv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: tuskv1alpha1.ReasonBackupRunning,
 				Message: "taking a base backup of orders on instance orders-2; waiting for the primary to archive WAL segment 000000010000000000000007, the backup's last"}},
 		}),
 		backup("orders-20261123-100000", "orders", at(0, 0), tuskv1alpha1.PostgresBackupStatus{

@@ -33,9 +33,9 @@ func healthyCluster() *tuskv1alpha1.PostgresCluster {
 				{Name: "orders-3", Role: tuskv1alpha1.RoleReplica, Ready: true, LSN: "0/4000000", LagBytes: ptr[int64](16<<20 + 96), Timeline: 1, Phase: "Running"},
 			},
 			Conditions: []metav1.Condition{
-				{Type: "Progressing", Status: metav1.ConditionFalse, Reason: "UpToDate", Message: "Every instance runs the current spec", LastTransitionTime: at},
-				{Type: "Degraded", Status: metav1.ConditionFalse, Reason: "AllInstancesReady", Message: "Every instance is ready", LastTransitionTime: at},
-				{Type: "Ready", Status: metav1.ConditionTrue, Reason: "ClusterReady", Message: "The primary and every instance are ready", LastTransitionTime: at},
+				{Type: tuskv1alpha1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: tuskv1alpha1.ReasonUpToDate, Message: "Every instance runs the current spec", LastTransitionTime: at},
+				{Type: tuskv1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: tuskv1alpha1.ReasonAllInstancesReady, Message: "Every instance is ready", LastTransitionTime: at},
+				{Type: tuskv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: tuskv1alpha1.ReasonClusterReady, Message: "The primary and every instance are ready", LastTransitionTime: at},
 			},
 		},
 	}
@@ -48,9 +48,9 @@ func switchingCluster() *tuskv1alpha1.PostgresCluster {
 	st := &c.Status
 	st.Phase, st.TargetPrimary, st.ReadyInstances = tuskv1alpha1.ClusterPhaseSwitchingOver, "orders-2", 2
 	st.Instances[0] = tuskv1alpha1.InstanceStatus{Name: "orders-1", Role: tuskv1alpha1.RoleReplica, LSN: "0/50000D8", Timeline: 1, Phase: "Starting"}
-	st.Conditions[0].Status, st.Conditions[0].Reason, st.Conditions[0].Message = metav1.ConditionTrue, "SwitchingOver", "Switching the primary from orders-1 to orders-2"
-	st.Conditions[1].Status, st.Conditions[1].Reason, st.Conditions[1].Message = metav1.ConditionTrue, "InstancesNotReady", "Not ready: [orders-1 (Starting)]"
-	st.Conditions[2].Status, st.Conditions[2].Reason, st.Conditions[2].Message = metav1.ConditionFalse, "SwitchingOver", "Switching the primary from orders-1 to orders-2"
+	st.Conditions[0].Status, st.Conditions[0].Reason, st.Conditions[0].Message = metav1.ConditionTrue, tuskv1alpha1.ReasonSwitchingOver, "Switching the primary from orders-1 to orders-2"
+	st.Conditions[1].Status, st.Conditions[1].Reason, st.Conditions[1].Message = metav1.ConditionTrue, tuskv1alpha1.ReasonInstancesNotReady, "Not ready: [orders-1 (Starting)]"
+	st.Conditions[2].Status, st.Conditions[2].Reason, st.Conditions[2].Message = metav1.ConditionFalse, tuskv1alpha1.ReasonSwitchingOver, "Switching the primary from orders-1 to orders-2"
 	return c
 }
 
@@ -63,7 +63,7 @@ func degradedCluster() *tuskv1alpha1.PostgresCluster {
 	st.Phase, st.ReadyInstances = tuskv1alpha1.ClusterPhaseDegraded, 2
 	st.Instances[2] = tuskv1alpha1.InstanceStatus{Name: "orders-3", Role: tuskv1alpha1.RoleReplica, Timeline: 1, Phase: "Crashed",
 		Message: "postgres exited with status 1:\nFATAL:  could not map anonymous shared memory: Cannot allocate memory\nHINT:  This error usually means that PostgreSQL's request for a shared memory segment exceeded available memory, swap space, or huge pages."}
-	st.Conditions[1].Status, st.Conditions[1].Reason, st.Conditions[1].Message = metav1.ConditionTrue, "InstancesNotReady", "Not ready: [orders-3 (Crashed)]"
-	st.Conditions[2].Status, st.Conditions[2].Reason, st.Conditions[2].Message = metav1.ConditionFalse, "InstancesNotReady", "Not ready: [orders-3 (Crashed)]"
+	st.Conditions[1].Status, st.Conditions[1].Reason, st.Conditions[1].Message = metav1.ConditionTrue, tuskv1alpha1.ReasonInstancesNotReady, "Not ready: [orders-3 (Crashed)]"
+	st.Conditions[2].Status, st.Conditions[2].Reason, st.Conditions[2].Message = metav1.ConditionFalse, tuskv1alpha1.ReasonInstancesNotReady, "Not ready: [orders-3 (Crashed)]"
 	return c
 }

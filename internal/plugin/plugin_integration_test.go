@@ -252,11 +252,11 @@ func TestPromoteWaitsForTheSwitchover(t *testing.T) {
 	steps := 0
 	done := operator(c, true, func(c *tuskv1alpha1.PostgresCluster) bool {
 		steps++
-		ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: "SwitchingOver", Message: "Switching the primary from orders-1 to orders-2"}
+		ready := metav1.Condition{Type: tuskv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: tuskv1alpha1.ReasonSwitchingOver, Message: "Switching the primary from orders-1 to orders-2"}
 		c.Status.Phase = tuskv1alpha1.ClusterPhaseSwitchingOver
 		if steps > 2 {
 			c.Status.CurrentPrimary, c.Status.Phase = "orders-2", tuskv1alpha1.ClusterPhaseHealthy
-			ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, "ClusterReady", "The primary and every instance are ready"
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionTrue, tuskv1alpha1.ReasonClusterReady, "The primary and every instance are ready"
 		}
 		meta.SetStatusCondition(&c.Status.Conditions, ready)
 		return steps > 2

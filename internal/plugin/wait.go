@@ -17,10 +17,6 @@ import (
 // pollInterval is how often --wait reads the cluster.
 const pollInterval = 500 * time.Millisecond
 
-// conditionReady is the cluster's Ready condition type, as the operator
-// sets it (docs/cluster-lifecycle.md).
-const conditionReady = "Ready"
-
 // waitForSwitchover polls the cluster until instance is its primary and it
 // is Ready, printing each change of phase, primary and conditions. It fails
 // when the operator gives up the switchover or ctx ends.
@@ -73,7 +69,7 @@ func switchoverDone(c *tuskv1alpha1.PostgresCluster, instance string) (bool, err
 	}
 	switch st.TargetPrimary {
 	case instance:
-		return st.CurrentPrimary == instance && meta.IsStatusConditionTrue(st.Conditions, conditionReady), nil
+		return st.CurrentPrimary == instance && meta.IsStatusConditionTrue(st.Conditions, tuskv1alpha1.ConditionReady), nil
 	case st.CurrentPrimary:
 		return false, fmt.Errorf("the operator refused the switchover to %s and %s stays the primary; kubectl describe pgc %s shows its Warning Event with the reason",
 			instance, st.CurrentPrimary, c.Name)

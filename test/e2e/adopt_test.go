@@ -9,6 +9,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 )
 
 // TestRecreatedClusterAdoptsTheMostAdvancedData: a cluster deleted with
@@ -31,7 +33,7 @@ func TestRecreatedClusterAdoptsTheMostAdvancedData(t *testing.T) {
 	waitHealthy(t, ns, name, 3, clusterChangeTimeout)
 	waitRowsEverywhere(t, ns, name, 100)
 	setFencedAnnotation(t, ns, name, lagging)
-	waitEvent(t, ns, "Fenced", lagging)
+	waitEvent(t, ns, tuskv1alpha1.ReasonFenced, lagging)
 	// ANY 1 of the two standbys: adopt-2 confirms what adopt-1 misses.
 	insertRows(t, ns, name, 101, 200)
 
@@ -42,13 +44,13 @@ func TestRecreatedClusterAdoptsTheMostAdvancedData(t *testing.T) {
 	waitReadyCondition(t, ns, name)
 	waitHealthy(t, ns, name, 3, clusterChangeTimeout)
 	t.Logf("figure: a 3-instance cluster created again over its kept volumes: Healthy %.1fs after the create", time.Since(start).Seconds())
-	waitEvent(t, ns, "AdoptedVolumes", name)
+	waitEvent(t, ns, tuskv1alpha1.ReasonAdoptedVolumes, name)
 	events, err := clientset.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range events.Items {
-		if strings.HasPrefix(e.Reason, "Adopt") || e.Reason == "KeptSecrets" {
+		if strings.HasPrefix(e.Reason, "Adopt") || e.Reason == tuskv1alpha1.ReasonKeptSecrets {
 			t.Logf("Event %s: %s", e.Reason, e.Note)
 		}
 	}

@@ -54,7 +54,7 @@ func TestFailoverWhenThePrimaryPodIsDeleted(t *testing.T) {
 	})
 	t.Logf("figure: primary pod deleted → %s recorded primary in %.1fs, first write through -rw after %.1fs",
 		newPrimary, promoted.Seconds(), time.Since(start).Seconds())
-	waitEvent(t, ns, "SwitchedOver", newPrimary+" is the primary; "+oldPrimary+" follows it")
+	waitEvent(t, ns, tuskv1alpha1.ReasonSwitchedOver, newPrimary+" is the primary; "+oldPrimary+" follows it")
 
 	// The old primary comes back on its volume, as a replica.
 	waitHealthy(t, ns, name, 3, clusterChangeTimeout)
@@ -136,8 +136,8 @@ func TestFencingByHand(t *testing.T) {
 	if after.UID != pod.UID {
 		t.Errorf("fencing replaced the pod of %s; it must be kept for inspection", replica)
 	}
-	waitEvent(t, ns, "Fenced", replica)
-	waitEvent(t, ns, "Unfenced", replica)
+	waitEvent(t, ns, tuskv1alpha1.ReasonFenced, replica)
+	waitEvent(t, ns, tuskv1alpha1.ReasonUnfenced, replica)
 }
 
 // setFencedAnnotation fences exactly instances (none: unfences all), as

@@ -459,8 +459,8 @@ func logFailoverEvents(t *testing.T, ns string) {
 	slices.SortFunc(events.Items, func(a, b eventsv1.Event) int { return a.EventTime.Compare(b.EventTime.Time) })
 	for _, e := range events.Items {
 		switch e.Reason {
-		case "FailingOver", "FailedOver", "FailoverBlocked", "DemotingFormerPrimary", "RewindingReplica",
-			"CreatedInstance", "RemovedInstance", "RecloningInstance":
+		case tuskv1alpha1.ReasonFailingOver, tuskv1alpha1.ReasonFailedOver, tuskv1alpha1.ReasonFailoverBlocked, tuskv1alpha1.ReasonDemoting,
+			tuskv1alpha1.ReasonRewinding, tuskv1alpha1.ReasonCreatedInstance, tuskv1alpha1.ReasonRemovedInstance, tuskv1alpha1.ReasonRecloningInstance:
 			t.Logf("event %s %s: %s", e.EventTime.Format("15:04:05.000"), e.Reason, e.Note)
 		}
 	}

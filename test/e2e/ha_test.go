@@ -166,7 +166,7 @@ func assertHandedOver(t *testing.T, ns, old string) {
 		t.Fatal(err)
 	}
 	for _, e := range events.Items {
-		if e.Reason == "SwitchingOver" && strings.Contains(e.Note, "pod is being deleted") && strings.Contains(e.Note, old) {
+		if e.Reason == tuskv1alpha1.ReasonSwitchingOver && strings.Contains(e.Note, "pod is being deleted") && strings.Contains(e.Note, old) {
 			return
 		}
 	}

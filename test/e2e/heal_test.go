@@ -12,6 +12,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 )
 
 // TestRolloutReplacesEveryPod: a change of the pods' spec (resources)
@@ -96,7 +98,7 @@ func TestBrokenReplicaIsRecloned(t *testing.T) {
 	waitHealthy(t, ns, name, 2, clusterChangeTimeout)
 	t.Logf("broken replica %s replaced and cluster Healthy %.0fs after its data broke", replica, time.Since(start).Seconds())
 	waitRowsEverywhere(t, ns, name, 20)
-	waitEvent(t, ns, "RecloningInstance", replica)
+	waitEvent(t, ns, tuskv1alpha1.ReasonRecloningInstance, replica)
 }
 
 // waitEvent waits for an Event with reason whose note mentions what.

@@ -660,8 +660,8 @@ func waitRolloutHalted(t *testing.T, ns, cluster, image string) string {
 func haltCondition(pgc *tuskv1alpha1.PostgresCluster, instance string) *metav1.Condition {
 	for i := range pgc.Status.Conditions {
 		c := &pgc.Status.Conditions[i]
-		stuck := (c.Type == "Progressing" && c.Status == metav1.ConditionFalse) ||
-			(c.Type == "Degraded" && c.Status == metav1.ConditionTrue)
+		stuck := (c.Type == tuskv1alpha1.ConditionProgressing && c.Status == metav1.ConditionFalse) ||
+			(c.Type == tuskv1alpha1.ConditionDegraded && c.Status == metav1.ConditionTrue)
 		if stuck && (strings.Contains(c.Reason, "Rollout") || strings.Contains(c.Message, instance)) {
 			return c
 		}

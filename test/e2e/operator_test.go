@@ -59,7 +59,7 @@ func TestPostgresClusterStatusWritten(t *testing.T) {
 		if err := kube.Get(ctx, client.ObjectKeyFromObject(pgc), got); err != nil {
 			return false, err
 		}
-		ready := meta.FindStatusCondition(got.Status.Conditions, "Ready")
+		ready := meta.FindStatusCondition(got.Status.Conditions, tuskv1alpha1.ConditionReady)
 		return got.Status.ObservedGeneration == got.Generation && ready != nil &&
 			ready.Status != metav1.ConditionUnknown && ready.Reason != "" &&
 			ready.ObservedGeneration == got.Generation, nil

@@ -168,7 +168,7 @@ func waitHealthy(t *testing.T, ns, name string, instances int, timeout time.Dura
 
 // clusterSettled says what, in the status, is not yet as it should be.
 func clusterSettled(pgc *tuskv1alpha1.PostgresCluster, instances int) error {
-	ready := meta.FindStatusCondition(pgc.Status.Conditions, "Ready")
+	ready := meta.FindStatusCondition(pgc.Status.Conditions, tuskv1alpha1.ConditionReady)
 	switch {
 	case pgc.Status.ObservedGeneration != pgc.Generation:
 		return fmt.Errorf("status describes generation %d, spec is %d", pgc.Status.ObservedGeneration, pgc.Generation)

@@ -1,0 +1,107 @@
+package v1alpha1
+
+// Condition types and reasons are part of the API: the operator sets them,
+// and clients (kubectl wait, the kubectl plugin, metrics, alerts, tests)
+// read them by these names instead of repeating the strings.
+
+// Condition types of a PostgresCluster. Ready is derived from Progressing
+// and Degraded; ScheduledBackups and BackupRetention do not change it (a
+// cluster whose backup schedule is wrong still serves).
+const (
+	// ConditionReady is true when the object does what its spec asks. A
+	// PostgresBackup has it too: true once the backup completed.
+	ConditionReady = "Ready"
+	// ConditionProgressing is true while Tusk is changing the cluster:
+	// creating, scaling, rolling out, switching or failing over.
+	ConditionProgressing = "Progressing"
+	// ConditionDegraded is true while part of the cluster is not working.
+	ConditionDegraded = "Degraded"
+	// ConditionScheduledBackups is true while spec.backup.schedule is
+	// valid and backups are created on it.
+	ConditionScheduledBackups = "ScheduledBackups"
+	// ConditionBackupRetention is true when retention last ran to the end.
+	ConditionBackupRetention = "BackupRetention"
+)
+
+// Reasons of a PostgresCluster's Ready, Progressing and Degraded
+// conditions. A spec error (Ready false, phase Failed) has the reason of
+// the error: the *Invalid and ObjectNotOwned reasons.
+const (
+	ReasonClusterReady        = "ClusterReady"
+	ReasonCreating            = "Creating"
+	ReasonAdoptingVolumes     = "AdoptingVolumes"
+	ReasonRecovering          = "Recovering"
+	ReasonWaitingForBackup    = "WaitingForBackup"
+	ReasonWaitingForSource    = "WaitingForSource"
+	ReasonPrimaryNotReady     = "PrimaryNotReady"
+	ReasonInstancesNotReady   = "InstancesNotReady"
+	ReasonScaling             = "Scaling"
+	ReasonRollingOut          = "RollingOut"
+	ReasonRolloutHalted       = "RolloutHalted"
+	ReasonSwitchingOver       = "SwitchingOver"
+	ReasonFailingOver         = "FailingOver"
+	ReasonFailoverBlocked     = "FailoverBlocked"
+	ReasonUpToDate            = "UpToDate"
+	ReasonAllInstancesReady   = "AllInstancesReady"
+	ReasonSynchronousDegraded = "SynchronousDegraded"
+	ReasonArchiveFailing      = "ArchiveFailing"
+
+	ReasonSecretInvalid         = "SecretInvalid"
+	ReasonBackupSecretInvalid   = "BackupSecretInvalid"
+	ReasonCASecretInvalid       = "CASecretInvalid"
+	ReasonRecoverySourceInvalid = "RecoverySourceInvalid"
+	ReasonCloneSourceInvalid    = "CloneSourceInvalid"
+	ReasonFenceInvalid          = "FenceAnnotationInvalid"
+	ReasonInvalidParameters     = "InvalidParameters"
+	ReasonObjectNotOwned        = "ObjectNotOwned"
+)
+
+// Reasons of a PostgresCluster's ScheduledBackups and BackupRetention
+// conditions.
+const (
+	ReasonScheduled        = "Scheduled"
+	ReasonScheduleInvalid  = "ScheduleInvalid"
+	ReasonRetentionApplied = "RetentionApplied"
+	ReasonRetentionInvalid = "RetentionInvalid"
+	ReasonRetentionFailed  = "RetentionFailed"
+)
+
+// Reasons of a PostgresBackup's Ready condition.
+const (
+	ReasonClusterNotFound      = "ClusterNotFound"
+	ReasonBackupNotConfigured  = "BackupNotConfigured"
+	ReasonBackupAlreadyRunning = "BackupAlreadyRunning"
+	ReasonWaitingForInstance   = "WaitingForInstance"
+	ReasonBackupRunning        = "BackupRunning"
+	ReasonBackupCompleted      = "BackupCompleted"
+	ReasonBackupFailed         = "BackupFailed"
+)
+
+// Reasons of Events only: something Tusk did or refused, told once. An
+// Event about a condition's change (RollingOut, SwitchingOver,
+// FailingOver, RetentionFailed...) carries the condition's reason.
+const (
+	ReasonBackupStarted      = "BackupStarted"
+	ReasonBackupCreated      = "ScheduledBackupCreated"
+	ReasonBackupsPruned      = "BackupsPruned"
+	ReasonVolumeResizeFailed = "VolumeResizeFailed"
+	ReasonSwitchoverRefused  = "SwitchoverRefused"
+	ReasonFailedOver         = "FailedOver"
+	ReasonDemoting           = "DemotingFormerPrimary"
+	ReasonFenced             = "Fenced"
+	ReasonUnfenced           = "Unfenced"
+	ReasonRewinding          = "RewindingReplica"
+	ReasonCAExpiring         = "CAExpiring"
+	ReasonCreatedInstance    = "CreatedInstance"
+	ReasonRecreatedInstance  = "RecreatedInstance"
+	ReasonRemovedInstance    = "RemovedInstance"
+	ReasonRecloningInstance  = "RecloningInstance"
+	ReasonRestarting         = "Restarting"
+	ReasonResizingVolume     = "ResizingVolume"
+	ReasonConfigRefused      = "ConfigurationRefused"
+	ReasonSwitchedOver       = "SwitchedOver"
+	ReasonSwitchoverAborted  = "SwitchoverAborted"
+	ReasonAdoptedVolumes     = "AdoptedVolumes"
+	ReasonKeptSecrets        = "KeptSecrets"
+	ReasonDeletedVolumes     = "DeletedVolumes"
+)
