@@ -99,7 +99,7 @@ func (m *Manager) initPrimary(ctx context.Context, dir string) error {
 func (m *Manager) withPrivateServer(ctx context.Context, dir string, fn func(ctx context.Context, conn *pgx.Conn) error) error {
 	args := []string{"-c", "listen_addresses=", "-c", "unix_socket_directories=" + m.opts.SocketDir, "-c", "port=" + portArg(m.opts.Port)}
 	m.resetWALWatcher()
-	pm, err := supervisor.StartPostmaster(m.opts.BinDir, dir, args, m.reaper, m.logPipes, m.pgLog)
+	pm, err := supervisor.StartPostmaster(m.opts.BinDir, dir, args, m.reaper, m.postgresOutput(), m.log)
 	if err != nil {
 		return err
 	}

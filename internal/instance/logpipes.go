@@ -43,6 +43,11 @@ func (m *Manager) closeLogPipes() {
 	}
 }
 
+// postgresOutput is where postgres's log goes.
+func (m *Manager) postgresOutput() supervisor.Output {
+	return supervisor.Output{Log: m.pgLog, Pipes: m.logPipes}
+}
+
 // jsonLogFiles are log_directory and log_filename for the pipes; nil
 // without them.
 func (m *Manager) jsonLogFiles() *pgconf.JSONLogFiles {

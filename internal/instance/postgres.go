@@ -28,7 +28,7 @@ func (m *Manager) startPostgres(ctx context.Context) error {
 		return err
 	}
 	m.resetWALWatcher()
-	pm, err := supervisor.StartPostmaster(m.opts.BinDir, m.opts.DataDir, nil, m.reaper, m.logPipes, m.pgLog)
+	pm, err := supervisor.StartPostmaster(m.opts.BinDir, m.opts.DataDir, nil, m.reaper, m.postgresOutput(), m.log)
 	if err != nil {
 		return err
 	}

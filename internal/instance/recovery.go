@@ -236,7 +236,7 @@ func (m *Manager) replayArchive(ctx context.Context, dir string) error {
 	}
 	defer func() { _ = walarchive.ClearSpool(spool) }()
 	m.resetWALWatcher()
-	pm, err := supervisor.StartPostmaster(m.opts.BinDir, dir, args, m.reaper, m.logPipes, m.pgLog)
+	pm, err := supervisor.StartPostmaster(m.opts.BinDir, dir, args, m.reaper, m.postgresOutput(), m.log)
 	if err != nil {
 		return err
 	}

@@ -82,7 +82,7 @@ func TestLogPipesForwardJSONLogInTheManagersSchema(t *testing.T) {
 			t.Fatalf("%s is not a named pipe: %v %v", name, fi, err)
 		}
 	}
-	p := &Postmaster{log: logr.Discard()}
+	p := &Postmaster{log: logr.Discard(), out: logr.Discard()}
 	pipes.attach(p)
 
 	writeAsCollector(t, filepath.Join(dir, JSONLogFileName),

@@ -52,7 +52,8 @@ var DefaultTimeouts = Timeouts{Smart: 5 * time.Second, Fast: 20 * time.Second, I
 type Postmaster struct {
 	cmd    *exec.Cmd
 	reaper *Reaper
-	log    logr.Logger
+	log    logr.Logger // the supervisor's own messages
+	out    logr.Logger // postgres's stderr
 	done   chan struct{}
 	err    error // exit error; valid after done is closed
 
@@ -72,13 +73,21 @@ type logLine struct{ pid, text string }
 // just before the FATAL one.
 const recentLines = 4
 
+// Output is where a postmaster's log goes: PostgreSQL's records to Log
+// (under the logger name "postgres"), read from postgres's stderr and,
+// when Pipes is not nil (PostgreSQL 15 and later, the logging collector
+// writing jsonlog into them), from the pipes too.
+type Output struct {
+	Log   logr.Logger
+	Pipes *LogPipes
+}
+
 // StartPostmaster starts `postgres -D dataDir [args...]` and forwards its
-// output to log, one JSON record per line (logger "postgres"). With pipes
-// (PostgreSQL 15 and later, the logging collector writing jsonlog into
-// them) the records that come through the pipes count for this
-// postmaster's errors (LastError, Diverged, HistoryMismatch) too; pipes
-// may be nil.
-func StartPostmaster(binDir, dataDir string, args []string, reaper *Reaper, pipes *LogPipes, log logr.Logger) (*Postmaster, error) {
+// log to out, one JSON record per line; log is the supervisor's own
+// (starting, stopping). The records that come through out.Pipes count for
+// this postmaster's errors (LastError, Diverged, HistoryMismatch) as its
+// stderr's do.
+func StartPostmaster(binDir, dataDir string, args []string, reaper *Reaper, out Output, log logr.Logger) (*Postmaster, error) {
 	cmd := exec.Command(filepath.Join(binDir, "postgres"), append([]string{"-D", dataDir}, args...)...) //nolint:gosec // the server binary found by pgbin
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// Its own process group keeps a terminal's Ctrl-C away from it;
@@ -88,12 +97,13 @@ func StartPostmaster(binDir, dataDir string, args []string, reaper *Reaper, pipe
 		// rather than leave a postmaster without a supervisor.
 		Pdeathsig: syscall.SIGQUIT,
 	}
-	out, err := cmd.StderrPipe()
+	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
 	}
 	cmd.Stdout = cmd.Stderr
-	p := &Postmaster{cmd: cmd, reaper: reaper, log: log.WithName(LoggerName), done: make(chan struct{})}
+	p := &Postmaster{cmd: cmd, reaper: reaper, log: log, out: out.Log.WithName(LoggerName), done: make(chan struct{})}
+	pipes := out.Pipes
 	if pipes != nil {
 		pipes.attach(p)
 	}
@@ -102,7 +112,7 @@ func StartPostmaster(binDir, dataDir string, args []string, reaper *Reaper, pipe
 	}
 	forwarded := make(chan struct{})
 	go func() {
-		p.forwardLog(out)
+		p.forwardLog(stderr)
 		if pipes != nil {
 			// The logging collector held this stderr too: it has
 			// written its last records. Handle them before the exit
@@ -267,7 +277,7 @@ func (p *Postmaster) observe(level, pid, message string) {
 // 15, or without the logging collector; with it, what postgres says before
 // the collector runs) and observes each message.
 func (p *Postmaster) forwardLog(r io.Reader) {
-	out := newEmitter(p.log)
+	out := newEmitter(p.out)
 	_ = readLines(r, func(b []byte) {
 		line := string(b)
 		level, pid, msg := parseTextLine(line)

@@ -68,7 +68,7 @@ func TestPostmasterLogAnalysis(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := &Postmaster{log: logr.Discard()}
+			p := &Postmaster{log: logr.Discard(), out: logr.Discard()}
 			p.forwardLog(strings.NewReader(strings.Join(tc.lines, "\n")))
 			if got := p.Diverged(); got != tc.wantDiverged {
 				t.Errorf("Diverged() = %q, want %q", got, tc.wantDiverged)
