@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,50 +34,45 @@ func retentionDue(last *metav1.Time, completedChanged bool, retryAt, now time.Ti
 	return !now.Before(next), next
 }
 
-// reconcileRetention applies spec.backup.retention when it is due, and
-// says when it is due next.
-func (r *BackupScheduleReconciler) reconcileRetention(ctx context.Context, c *tuskv1alpha1.PostgresCluster, now time.Time) time.Time {
-	st := c.Status.Backup
-	if c.Spec.Backup.Retention == "" {
-		st.FirstRecoverabilityPoint, st.LastRetentionTime = nil, nil
-		meta.RemoveStatusCondition(&c.Status.Conditions, tuskv1alpha1.ConditionBackupRetention)
-		return time.Time{}
-	}
+// reconcileRetention applies spec.backup.retention when it is due, tells
+// the ClusterReconciler how it went, and says when it is due next. An
+// invalid retention is the ClusterReconciler's to report.
+func (r *BackupScheduleReconciler) reconcileRetention(ctx context.Context, c *tuskv1alpha1.PostgresCluster, backups []tuskv1alpha1.PostgresBackup, now time.Time) time.Time {
+	key := client.ObjectKeyFromObject(c)
 	period, err := retention.ParsePeriod(c.Spec.Backup.Retention)
-	if err != nil {
-		r.setCondition(c, tuskv1alpha1.ConditionBackupRetention, metav1.ConditionFalse, tuskv1alpha1.ReasonRetentionInvalid, "spec.backup.retention: "+err.Error())
+	if c.Spec.Backup.Retention == "" || err != nil {
+		r.forgetRetention(key)
 		return time.Time{}
-	}
-	backups, err := r.clusterBackups(ctx, c)
-	if err != nil {
-		r.setCondition(c, tuskv1alpha1.ConditionBackupRetention, metav1.ConditionFalse, tuskv1alpha1.ReasonRetentionFailed, retentionFailure(err))
-		return r.failedRetention(c, now)
 	}
 	completed := completedNames(backups)
-	due, next := retentionDue(st.LastRetentionTime, completed != r.seenCompleted(c), r.retryTime(c), now)
+	last, seen, retryAt := r.retentionState(key)
+	due, next := retentionDue(last, completed != seen, retryAt, now)
 	if !due {
 		return next
 	}
-	if err := r.applyRetention(ctx, c, backups, period, now); err != nil {
+	res, err := r.applyRetention(ctx, c, backups, period, now)
+	if err != nil {
 		ctrlLog(ctx).Info("Applying retention failed", "error", err.Error())
-		r.setCondition(c, tuskv1alpha1.ConditionBackupRetention, metav1.ConditionFalse, tuskv1alpha1.ReasonRetentionFailed, retentionFailure(err))
-		return r.failedRetention(c, now)
+		res, _ = r.results.get(key)
+		res.applied, res.reason, res.message = false, tuskv1alpha1.ReasonRetentionFailed, retentionFailure(err)
+		r.results.record(key, res)
+		return r.failedRetention(key, now)
 	}
-	r.retentionDone(c, completed)
-	st.LastRetentionTime = ptr.To(metav1.NewTime(now))
+	r.retentionDone(key, completed, now)
+	r.results.record(key, res)
 	return now.Add(retentionInterval)
 }
 
 // applyRetention prunes the store, then the PostgresBackups of what it
-// pruned, and records the first recoverability point.
-func (r *BackupScheduleReconciler) applyRetention(ctx context.Context, c *tuskv1alpha1.PostgresCluster, backups []tuskv1alpha1.PostgresBackup, period time.Duration, now time.Time) error {
+// pruned, and says what it kept.
+func (r *BackupScheduleReconciler) applyRetention(ctx context.Context, c *tuskv1alpha1.PostgresCluster, backups []tuskv1alpha1.PostgresBackup, period time.Duration, now time.Time) (retentionResult, error) {
 	store, err := r.clusterStore(ctx, c)
 	if err != nil {
-		return err
+		return retentionResult{}, err
 	}
 	stored, err := retention.Load(ctx, store)
 	if err != nil {
-		return fmt.Errorf("while listing the backups at %s: %w", store.Location(), err)
+		return retentionResult{}, fmt.Errorf("while listing the backups at %s: %w", store.Location(), err)
 	}
 	plan := retention.Decide(stored, now, period)
 	ctrlLog(ctx).Info("Applying retention", "delete", plan.Delete, "interrupted", plan.Interrupted, "keep", len(plan.Keep))
@@ -88,19 +82,17 @@ func (r *BackupScheduleReconciler) applyRetention(ctx context.Context, c *tuskv1
 			len(res.Backups), res.Backups, len(res.Interrupted), res.WALObjects, c.Spec.Backup.Retention)
 	}
 	if err != nil {
-		return fmt.Errorf("retention stopped: %w", err)
+		return retentionResult{}, fmt.Errorf("retention stopped: %w", err)
 	}
 	if err := r.deletePrunedBackups(ctx, c, backups, stored, res.Backups, now.Add(-period)); err != nil {
-		return err
+		return retentionResult{}, err
 	}
-	c.Status.Backup.FirstRecoverabilityPoint = nil
-	msg := "No complete backup in the object store yet"
+	out := retentionResult{applied: true, reason: tuskv1alpha1.ReasonRetentionApplied, message: "No complete backup in the object store yet", appliedAt: now}
 	if t := plan.FirstRecoverabilityPoint; !t.IsZero() {
-		c.Status.Backup.FirstRecoverabilityPoint = ptr.To(metav1.NewTime(t.UTC().Truncate(time.Second)))
-		msg = fmt.Sprintf("Keeping %d backups for %s; the cluster can be recovered to any time from %s", len(plan.Keep), c.Spec.Backup.Retention, t.UTC().Format(time.RFC3339))
+		out.firstRecoverability = t.UTC().Truncate(time.Second)
+		out.message = fmt.Sprintf("Keeping %d backups for %s; the cluster can be recovered to any time from %s", len(plan.Keep), c.Spec.Backup.Retention, t.UTC().Format(time.RFC3339))
 	}
-	r.setCondition(c, tuskv1alpha1.ConditionBackupRetention, metav1.ConditionTrue, tuskv1alpha1.ReasonRetentionApplied, msg)
-	return nil
+	return out, nil
 }
 
 // retentionFailure is what status and Events say of a failed retention
@@ -158,9 +150,9 @@ func inClusterLocation(c *tuskv1alpha1.PostgresCluster, b *tuskv1alpha1.Postgres
 }
 
 // clusterBackups are the PostgresBackups of c.
-func (r *BackupScheduleReconciler) clusterBackups(ctx context.Context, c *tuskv1alpha1.PostgresCluster) ([]tuskv1alpha1.PostgresBackup, error) {
+func clusterBackups(ctx context.Context, reader client.Reader, c *tuskv1alpha1.PostgresCluster) ([]tuskv1alpha1.PostgresBackup, error) {
 	var list tuskv1alpha1.PostgresBackupList
-	if err := r.List(ctx, &list, client.InNamespace(c.Namespace)); err != nil {
+	if err := reader.List(ctx, &list, client.InNamespace(c.Namespace)); err != nil {
 		return nil, fmt.Errorf("while listing the PostgresBackups: %w", err)
 	}
 	var mine []tuskv1alpha1.PostgresBackup
@@ -227,60 +219,59 @@ func (r *BackupScheduleReconciler) secretKeys(ctx context.Context, c *tuskv1alph
 }
 
 // retentionState is what the reconciler remembers of a cluster's
-// retention between passes: when it may retry after a failure, and the
-// completed backups it last ran with. After a restart it runs once more.
+// retention between passes: when it last ran to the end, with which
+// completed backups, and when it may retry after a failure. After a
+// restart it runs once more.
 type retentionState struct {
 	retryAt   time.Time
+	appliedAt time.Time
 	completed string
 	ran       bool
 }
 
-func (r *BackupScheduleReconciler) state(c *tuskv1alpha1.PostgresCluster) *retentionState {
+func (r *BackupScheduleReconciler) state(key client.ObjectKey) *retentionState {
 	if r.retention == nil {
 		r.retention = map[client.ObjectKey]*retentionState{}
 	}
-	key := client.ObjectKeyFromObject(c)
 	if r.retention[key] == nil {
 		r.retention[key] = &retentionState{}
 	}
 	return r.retention[key]
 }
 
-// failedRetention holds retention back for a while after a failure.
-func (r *BackupScheduleReconciler) failedRetention(c *tuskv1alpha1.PostgresCluster, now time.Time) time.Time {
+// retentionState says when retention last ran to the end (nil: not since
+// the operator started), the completedNames of that run (a value no set
+// of names has before the first), and when it may retry a failure.
+func (r *BackupScheduleReconciler) retentionState(key client.ObjectKey) (*metav1.Time, string, time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := r.state(c)
+	s := r.state(key)
+	if !s.ran {
+		return nil, "/", s.retryAt
+	}
+	return ptr.To(metav1.NewTime(s.appliedAt)), s.completed, s.retryAt
+}
+
+// failedRetention holds retention back for a while after a failure.
+func (r *BackupScheduleReconciler) failedRetention(key client.ObjectKey, now time.Time) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.state(key)
 	s.retryAt = now.Add(retentionRetryAfterFail)
 	return s.retryAt
 }
 
-func (r *BackupScheduleReconciler) retryTime(c *tuskv1alpha1.PostgresCluster) time.Time {
+func (r *BackupScheduleReconciler) retentionDone(key client.ObjectKey, completed string, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.state(c).retryAt
+	r.retention[key] = &retentionState{completed: completed, appliedAt: now, ran: true}
 }
 
-// seenCompleted is completedNames of the last run; a value no set of
-// names has before the first run.
-func (r *BackupScheduleReconciler) seenCompleted(c *tuskv1alpha1.PostgresCluster) string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if s := r.state(c); s.ran {
-		return s.completed
-	}
-	return "/"
-}
-
-func (r *BackupScheduleReconciler) retentionDone(c *tuskv1alpha1.PostgresCluster, completed string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.retention[client.ObjectKeyFromObject(c)] = &retentionState{completed: completed, ran: true}
-}
-
-// forgetRetention drops a deleted cluster's state.
+// forgetRetention drops the state and outcome of a cluster deleted, or
+// without (a valid) retention.
 func (r *BackupScheduleReconciler) forgetRetention(key client.ObjectKey) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.retention, key)
+	r.results.forget(key)
 }

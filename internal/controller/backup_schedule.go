@@ -3,9 +3,12 @@ package controller
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 )
 
 // scheduledBackupTimeFormat ends the name of a scheduled backup: the
@@ -17,6 +20,37 @@ const scheduledBackupTimeFormat = "20060102150405"
 // status write was lost) finds it there.
 func scheduledBackupName(cluster string, t time.Time) string {
 	return cluster + "-" + t.UTC().Format(scheduledBackupTimeFormat)
+}
+
+// scheduledRun is the run a PostgresBackup of cluster was created for, by
+// its name; false when scheduledBackupName made no such name.
+func scheduledRun(cluster string, b *tuskv1alpha1.PostgresBackup) (time.Time, bool) {
+	stamp, ok := strings.CutPrefix(b.Name, cluster+"-")
+	if !ok || b.Spec.Cluster.Name != cluster || len(stamp) != len(scheduledBackupTimeFormat) {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(scheduledBackupTimeFormat, stamp)
+	if err != nil || scheduledBackupName(cluster, t) != b.Name {
+		return time.Time{}, false
+	}
+	return t, true
+}
+
+// lastScheduledRun is the latest run of c's schedule that was taken, by
+// the scheduled PostgresBackups there are and status.backup (which keeps
+// it when its backup is deleted); false when neither knows one. A run
+// after now is no run the schedule took (a backup named so by hand).
+func lastScheduledRun(c *tuskv1alpha1.PostgresCluster, backups []tuskv1alpha1.PostgresBackup, now time.Time) (time.Time, bool) {
+	var last time.Time
+	if st := c.Status.Backup; st != nil && st.LastScheduleTime != nil && !st.LastScheduleTime.After(now) {
+		last = st.LastScheduleTime.UTC()
+	}
+	for i := range backups {
+		if t, ok := scheduledRun(c.Name, &backups[i]); ok && t.After(last) && !t.After(now) {
+			last = t
+		}
+	}
+	return last, !last.IsZero()
 }
 
 // parseSchedule reads spec.backup.schedule: five cron fields or a

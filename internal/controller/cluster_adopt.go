@@ -38,7 +38,7 @@ func (r *ClusterReconciler) adoptVolumes(ctx context.Context, c *tuskv1alpha1.Po
 	if last := v.members[len(v.members)-1].serial; c.Status.LastInstanceSerial < last {
 		// Recorded first: a name is never used twice.
 		c.Status.LastInstanceSerial = last
-		if err := r.persistStatus(ctx, c); err != nil {
+		if err := r.writeStatus(ctx, c); err != nil {
 			return false, err
 		}
 		r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonAdoptingVolumes, "Create",
@@ -175,7 +175,7 @@ func dataLSN(m *member) postgres.LSN {
 // then on it is the one made the primary, whatever a later pass observes.
 func (r *ClusterReconciler) chooseAdoptedPrimary(ctx context.Context, c *tuskv1alpha1.PostgresCluster, best *member) error {
 	c.Status.TargetPrimary = best.name
-	if err := r.persistStatus(ctx, c); err != nil {
+	if err := r.writeStatus(ctx, c); err != nil {
 		c.Status.TargetPrimary = ""
 		return err
 	}
@@ -239,7 +239,7 @@ func adoptionAction(m *member) adoptAction {
 // current primary, moves the role labels and points the replicas at it.
 func (r *ClusterReconciler) recordAdoptedPrimary(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, p *member, ic *instanceClient) error {
 	c.Status.CurrentPrimary, c.Status.TargetPrimary = p.name, p.name
-	if err := r.persistStatus(ctx, c); err != nil {
+	if err := r.writeStatus(ctx, c); err != nil {
 		c.Status.CurrentPrimary = ""
 		return err
 	}

@@ -158,7 +158,7 @@ func (r *ClusterReconciler) recordQuorumChange(ctx context.Context, c *tuskv1alp
 	}
 	previous := c.Status.SynchronousQuorum
 	c.Status.SynchronousQuorum = during
-	if err := r.persistStatus(ctx, c); err != nil {
+	if err := r.writeStatus(ctx, c); err != nil {
 		c.Status.SynchronousQuorum = previous
 		return err
 	}

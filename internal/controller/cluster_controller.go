@@ -15,6 +15,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
@@ -73,6 +74,8 @@ type ClusterReconciler struct {
 	secrets     secretReader
 	api         client.Reader
 	secretNames secretNameCache
+	// results are what the BackupScheduleReconciler's retention did.
+	results *retentionResults
 }
 
 // +kubebuilder:rbac:groups=tusk.dev,resources=postgresclusters,verbs=get;list;watch;update;patch
@@ -119,14 +122,19 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		r.reportSpecError(c, se)
 		result, err = ctrl.Result{RequeueAfter: pollSpecErr}, nil
 	}
-	if perr := ignoreConflict(ctx, patchStatusIfChanged(ctx, r.Client, original, c, original.Status, c.Status)); perr != nil {
-		return ctrl.Result{}, errors.Join(err, perr)
+	if !equality.Semantic.DeepEqual(original.Status, c.Status) {
+		if perr := ignoreConflict(ctx, r.writeStatus(ctx, c)); perr != nil {
+			return ctrl.Result{}, errors.Join(err, perr)
+		}
 	}
 	return result, err
 }
 
 // reconcilePhases runs the ordered phases and records progress in status.
 func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (ctrl.Result, error) {
+	if err := r.reconcileBackupStatus(ctx, c); err != nil {
+		return ctrl.Result{}, err
+	}
 	tls, err := r.reconcileTLS(ctx, c)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -289,16 +297,6 @@ func (r *ClusterReconciler) reconcileBootstrapSource(ctx context.Context, c *tus
 	return src, false, nil
 }
 
-// persistStatus writes status now: decisions that must survive an operator
-// restart (a new instance's serial, the target primary) are recorded
-// before they are acted on.
-func (r *ClusterReconciler) persistStatus(ctx context.Context, c *tuskv1alpha1.PostgresCluster) error {
-	if err := r.Status().Update(ctx, c); err != nil {
-		return fmt.Errorf("while recording the cluster's status: %w", err)
-	}
-	return nil
-}
-
 func (r *ClusterReconciler) reportSpecError(c *tuskv1alpha1.PostgresCluster, se *specError) {
 	c.Status.ObservedGeneration = c.Generation
 	c.Status.Phase = tuskv1alpha1.ClusterPhaseFailed
@@ -338,11 +336,20 @@ func (r *ClusterReconciler) clustersReading(ctx context.Context, o client.Object
 	return requests
 }
 
+// clustersOfBackup maps a PostgresBackup to its cluster (whose status
+// tells the schedule's last run) and to the clusters recovering from it.
+func (r *ClusterReconciler) clustersOfBackup(ctx context.Context, o client.Object) []reconcile.Request {
+	return append(requestClusterOfBackup(ctx, o), r.clustersRecoveringFrom(ctx, o)...)
+}
+
 // SetupWithManager registers the reconciler with mgr. Volumes have no
 // owner (they may outlive the cluster), so they are mapped by label.
 func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.leases == nil {
 		r.leases = newLeaseObserver()
+	}
+	if r.results == nil {
+		r.results = newRetentionResults()
 	}
 	byLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		name := o.GetLabels()[LabelCluster]
@@ -354,7 +361,8 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tuskv1alpha1.PostgresCluster{}).
 		WatchesRawSource(r.secretNames.secretChanges(r.clustersReading)).
-		Watches(&tuskv1alpha1.PostgresBackup{}, handler.EnqueueRequestsFromMapFunc(r.clustersRecoveringFrom)).
+		Watches(&tuskv1alpha1.PostgresBackup{}, handler.EnqueueRequestsFromMapFunc(r.clustersOfBackup)).
+		WatchesRawSource(r.results.source()).
 		Watches(&tuskv1alpha1.PostgresCluster{}, handler.EnqueueRequestsFromMapFunc(r.clustersCloning)).
 		Owns(&corev1.Pod{}).
 		Owns(&corev1.Service{}).

@@ -215,7 +215,7 @@ func (r *ClusterReconciler) reportFailoverBlocked(c *tuskv1alpha1.PostgresCluste
 func (r *ClusterReconciler) startFailover(ctx context.Context, c *tuskv1alpha1.PostgresCluster, candidate *member, why string) error {
 	previous := c.Status.TargetPrimary
 	c.Status.TargetPrimary = candidate.name
-	if err := r.persistStatus(ctx, c); err != nil {
+	if err := r.writeStatus(ctx, c); err != nil {
 		c.Status.TargetPrimary = previous
 		return err
 	}
@@ -253,7 +253,7 @@ func (r *ClusterReconciler) promoteWhenFree(ctx context.Context, candidate *memb
 func (r *ClusterReconciler) recordFailover(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, promoted *member, why string, ic *instanceClient) error {
 	from := c.Status.CurrentPrimary
 	c.Status.CurrentPrimary, c.Status.TargetPrimary = promoted.name, promoted.name
-	if err := r.persistStatus(ctx, c); err != nil {
+	if err := r.writeStatus(ctx, c); err != nil {
 		return err
 	}
 	r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonFailedOver, "Failover", "%s is the primary in place of %s (%s)", promoted.name, from, why)

@@ -51,7 +51,7 @@ func (r *ClusterReconciler) bootstrapPrimary(ctx context.Context, c *tuskv1alpha
 		return false, err
 	}
 	c.Status.CurrentPrimary, c.Status.TargetPrimary = name, name
-	if err := r.persistStatus(ctx, c); err != nil {
+	if err := r.writeStatus(ctx, c); err != nil {
 		c.Status.CurrentPrimary, c.Status.TargetPrimary = "", ""
 		return false, err
 	}
@@ -66,7 +66,7 @@ func (r *ClusterReconciler) allocateInstance(ctx context.Context, c *tuskv1alpha
 		last = max(last, m.serial)
 	}
 	c.Status.LastInstanceSerial = last + 1
-	if err := r.persistStatus(ctx, c); err != nil {
+	if err := r.writeStatus(ctx, c); err != nil {
 		c.Status.LastInstanceSerial = last // not taken: nothing was created
 		return "", err
 	}

@@ -80,7 +80,7 @@ func (r *ClusterReconciler) moveWritesTo(ctx context.Context, old, target *membe
 // follow in reconcileSwitchover.
 func (r *ClusterReconciler) startSwitchover(ctx context.Context, c *tuskv1alpha1.PostgresCluster, target *member, why string) error {
 	c.Status.TargetPrimary = target.name
-	if err := r.persistStatus(ctx, c); err != nil {
+	if err := r.writeStatus(ctx, c); err != nil {
 		c.Status.TargetPrimary = c.Status.CurrentPrimary // not decided after all
 		return err
 	}
@@ -158,7 +158,7 @@ func (r *ClusterReconciler) refuseUnsafeTarget(ctx context.Context, c *tuskv1alp
 	}
 	refused := c.Status.TargetPrimary
 	c.Status.TargetPrimary = c.Status.CurrentPrimary
-	if err := r.persistStatus(ctx, c); err != nil {
+	if err := r.writeStatus(ctx, c); err != nil {
 		c.Status.TargetPrimary = refused
 		return err
 	}
@@ -242,7 +242,7 @@ func (r *ClusterReconciler) reconcileSwitchover(ctx context.Context, c *tuskv1al
 	from := c.Status.CurrentPrimary
 	c.Status.CurrentPrimary = target.name
 	markSwitched(c)
-	if err := r.persistStatus(ctx, c); err != nil {
+	if err := r.writeStatus(ctx, c); err != nil {
 		return true, err
 	}
 	r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonSwitchedOver, "Switchover", "%s is the primary; %s follows it", target.name, from)
@@ -318,7 +318,7 @@ func (r *ClusterReconciler) abortSwitchover(ctx context.Context, c *tuskv1alpha1
 	}
 	target := c.Status.TargetPrimary
 	c.Status.TargetPrimary = c.Status.CurrentPrimary
-	if err := r.persistStatus(ctx, c); err != nil {
+	if err := r.writeStatus(ctx, c); err != nil {
 		return err
 	}
 	r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonSwitchoverAborted, "Switchover", "Gave up switching over to %s: %s; %s is the primary again", target, why, old.name)

@@ -33,13 +33,14 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config, namespaces []string) error {
 		return fmt.Errorf("while adding the Secret name cache: %w", err)
 	}
 	secrets := secretReader{cached: mgr.GetClient(), api: mgr.GetAPIReader()}
+	results := newRetentionResults()
 	clusters := &ClusterReconciler{Client: mgr.GetClient(), Config: cfg, Recorder: mgr.GetEventRecorder("tusk"),
-		secrets: secrets, api: mgr.GetAPIReader(), secretNames: secretNames}
+		secrets: secrets, api: mgr.GetAPIReader(), secretNames: secretNames, results: results}
 	if err := clusters.SetupWithManager(mgr); err != nil {
 		return err
 	}
 	schedules := &BackupScheduleReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("tusk"), Clock: cfg.Clock, secrets: secrets,
-		storeAddressCheck: cfg.ObjectStoreAddressCheck}
+		storeAddressCheck: cfg.ObjectStoreAddressCheck, results: results}
 	if schedules.storeAddressCheck == nil {
 		schedules.storeAddressCheck = objectstore.RefuseInternalAddresses
 	}

@@ -8,18 +8,38 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 )
+
+// StatusOwner is the field manager of every write of a PostgresCluster's
+// status: the ClusterReconciler's writeStatus is its only writer, and the
+// status's managedFields name no other manager.
+const StatusOwner = "tusk-cluster-status"
+
+// writeStatus is the one write of a PostgresCluster's status, by the
+// ClusterReconciler alone: at the end of a reconcile, and before acting on
+// a decision that must survive an operator restart (a new instance's
+// serial, the target primary). It replaces the status subresource whole
+// at c's resourceVersion (an optimistic lock: a write from a stale copy
+// fails with a conflict) and leaves c as written.
+func (r *ClusterReconciler) writeStatus(ctx context.Context, c *tuskv1alpha1.PostgresCluster) error {
+	ctrl.LoggerFrom(ctx).V(1).Info("Writing the status")
+	if err := r.Status().Update(ctx, c, client.FieldOwner(StatusOwner)); err != nil {
+		return fmt.Errorf("while writing the status of %s: %w", client.ObjectKeyFromObject(c), err)
+	}
+	return nil
+}
 
 // patchStatusIfChanged writes updated's status subresource as a merge patch
 // against original, and skips the write when the status did not change, so
 // a reconcile of a settled object costs no API write (and no watch event).
+// The PostgresBackup reconciler, its status's one writer, writes it so.
 //
-// The patch carries updated's resourceVersion (an optimistic lock): a merge
-// patch replaces the conditions list as a whole, so a patch computed from
-// an older copy would drop the conditions another writer set since (the
-// backup schedule reconciler's, on a cluster). Such a write fails with a
-// conflict, which callers treat with ignoreConflict: the other write's
-// watch event reconciles the object again, from the newer copy.
+// The patch carries original's resourceVersion (an optimistic lock): a
+// status computed from a copy older than the object fails with a
+// conflict, which callers treat with ignoreConflict: the change that made
+// the copy stale reconciles the object again.
 func patchStatusIfChanged(ctx context.Context, c client.Client, original, updated client.Object, oldStatus, newStatus any) error {
 	if equality.Semantic.DeepEqual(oldStatus, newStatus) {
 		return nil
@@ -31,7 +51,7 @@ func patchStatusIfChanged(ctx context.Context, c client.Client, original, update
 	return nil
 }
 
-// ignoreConflict drops a conflict error (see patchStatusIfChanged): the
+// ignoreConflict drops a conflict error (see writeStatus): the
 // object changed since it was read, and that change queues it again.
 func ignoreConflict(ctx context.Context, err error) error {
 	if apierrors.IsConflict(err) {
