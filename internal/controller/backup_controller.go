@@ -81,7 +81,7 @@ func (r *BackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if backupEnded(b) {
 		r.ended(b)
 	}
-	if perr := ignoreConflict(ctx, patchStatusIfChanged(ctx, r.Client, original, b, original.Status, b.Status)); perr != nil {
+	if perr := ignoreConflict(ctx, r.writeStatus(ctx, original, b)); perr != nil {
 		return ctrl.Result{}, errors.Join(err, perr)
 	}
 	return result, err

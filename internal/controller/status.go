@@ -31,22 +31,26 @@ func (r *ClusterReconciler) writeStatus(ctx context.Context, c *tuskv1alpha1.Pos
 	return nil
 }
 
-// patchStatusIfChanged writes updated's status subresource as a merge patch
-// against original, and skips the write when the status did not change, so
-// a reconcile of a settled object costs no API write (and no watch event).
-// The PostgresBackup reconciler, its status's one writer, writes it so.
-//
+// BackupStatusOwner is the field manager of every write of a
+// PostgresBackup's status: the BackupReconciler's writeStatus is its only
+// writer.
+const BackupStatusOwner = "tusk-backup-status"
+
+// writeStatus is the one write of a PostgresBackup's status: a merge patch
+// against original, skipped when the status did not change, so a
+// reconcile of a settled backup costs no API write (and no watch event).
 // The patch carries original's resourceVersion (an optimistic lock): a
 // status computed from a copy older than the object fails with a
-// conflict, which callers treat with ignoreConflict: the change that made
-// the copy stale reconciles the object again.
-func patchStatusIfChanged(ctx context.Context, c client.Client, original, updated client.Object, oldStatus, newStatus any) error {
-	if equality.Semantic.DeepEqual(oldStatus, newStatus) {
+// conflict, which the caller treats with ignoreConflict: the change that
+// made the copy stale reconciles the backup again.
+func (r *BackupReconciler) writeStatus(ctx context.Context, original, b *tuskv1alpha1.PostgresBackup) error {
+	if equality.Semantic.DeepEqual(original.Status, b.Status) {
 		return nil
 	}
-	ctrl.LoggerFrom(ctx).V(1).Info("Updating status")
-	if err := c.Status().Patch(ctx, updated, client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("while updating the status of %s: %w", client.ObjectKeyFromObject(updated), err)
+	ctrl.LoggerFrom(ctx).V(1).Info("Writing the status")
+	patch := client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})
+	if err := r.Status().Patch(ctx, b, patch, client.FieldOwner(BackupStatusOwner)); err != nil {
+		return fmt.Errorf("while writing the status of %s: %w", client.ObjectKeyFromObject(b), err)
 	}
 	return nil
 }
