@@ -218,6 +218,7 @@ const (
 type ParameterValue string
 
 // PostgreSQLSpec configures the PostgreSQL servers.
+// +kubebuilder:validation:XValidation:rule="!has(self.logging) || !has(self.parameters) || ((!has(self.logging.slowStatementThreshold) || !('log_min_duration_statement' in self.parameters)) && (!has(self.logging.lockWaits) || !('log_lock_waits' in self.parameters)) && (!has(self.logging.lockWaitThreshold) || !('deadlock_timeout' in self.parameters)))",message="postgresql.logging and postgresql.parameters both set log_min_duration_statement, log_lock_waits or deadlock_timeout: set each in one place only (logging.slowStatementThreshold, logging.lockWaits, logging.lockWaitThreshold)"
 type PostgreSQLSpec struct {
 	// Parameters are postgresql.conf settings. Tusk owns the settings that
 	// keep Services, replication, failover, archiving, TLS and logging
@@ -235,6 +236,40 @@ type PostgreSQLSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	Synchronous SynchronousSpec `json:"synchronous,omitempty"`
+
+	// Logging says what PostgreSQL logs besides errors: slow statements and
+	// lock waits. PostgreSQL's log reaches each instance's container log as
+	// JSON records beside the instance manager's (docs/monitoring.md#logs).
+	// +optional
+	Logging *LoggingSpec `json:"logging,omitempty"`
+}
+
+// LoggingSpec says what PostgreSQL logs besides errors. A field left unset
+// keeps PostgreSQL's default (or what postgresql.parameters sets).
+type LoggingSpec struct {
+	// SlowStatementThreshold logs every statement that runs this long or
+	// longer, with its duration and text (log_min_duration_statement), in
+	// whole milliseconds; 0s logs every statement. Unset, no statement is
+	// logged for its duration.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('24h')",message="postgresql.logging.slowStatementThreshold must be a duration from 0s (every statement) to 24h, such as 500ms or 2s"
+	// +optional
+	SlowStatementThreshold *metav1.Duration `json:"slowStatementThreshold,omitempty"`
+
+	// LockWaits logs a session that has waited longer than
+	// lockWaitThreshold for a lock, with the sessions that hold it
+	// (log_lock_waits), and a replica's replay that has waited as long for
+	// queries in its way (log_recovery_conflict_waits, PostgreSQL 14 and
+	// later). Unset: PostgreSQL's default (off before PostgreSQL 18).
+	// +optional
+	LockWaits *bool `json:"lockWaits,omitempty"`
+
+	// LockWaitThreshold is how long a lock wait lasts before it is logged
+	// (with lockWaits) and checked for a deadlock (deadlock_timeout), in
+	// whole milliseconds. Unset: PostgreSQL's 1s. Lower values find
+	// deadlocks sooner at the cost of more deadlock checks.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1ms') && duration(self) <= duration('1h')",message="postgresql.logging.lockWaitThreshold must be a duration from 1ms to 1h, such as 200ms or 1s"
+	// +optional
+	LockWaitThreshold *metav1.Duration `json:"lockWaitThreshold,omitempty"`
 }
 
 // SynchronousMode says whether commits wait for standbys.

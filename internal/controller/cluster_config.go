@@ -17,9 +17,11 @@ import (
 )
 
 // desiredConfig is the PostgreSQL configuration every instance gets: the
-// user's parameters and the quorum of synchronous standbys.
+// user's parameters, what PostgreSQL logs, and the quorum of synchronous
+// standbys.
 func desiredConfig(c *tuskv1alpha1.PostgresCluster, v *view) instanceapi.Config {
-	cfg := instanceapi.Config{Parameters: userParameters(c), SuperuserRemoteAccess: c.Spec.SuperuserAccess}
+	cfg := instanceapi.Config{Parameters: userParameters(c), SuperuserRemoteAccess: c.Spec.SuperuserAccess,
+		Logging: desiredLogging(c.Spec.PostgreSQL.Logging)}
 	if q := desiredQuorum(c, v); q != nil {
 		cfg.SynchronousStandbyNames = postgres.SynchronousStandbyNames(int(q.Number), q.Standbys)
 	}

@@ -142,6 +142,11 @@ func TestInvalidClustersAreRejectedOnCreate(t *testing.T) {
 		{"probe objective as a ratio", `spec: {monitoring: {probe: {objective: "0.999"}}}`, `monitoring.probe.objective must be a percentage from 90 to 99.999, such as "99.9"`},
 		{"probe objective of 100", `spec: {monitoring: {probe: {objective: "100"}}}`, "monitoring.probe.objective must be a percentage"},
 		{"probe objective with a sign", `spec: {monitoring: {probe: {objective: "99.9%"}}}`, "monitoring.probe.objective must be a percentage"},
+		{"negative slow statement threshold", `spec: {postgresql: {logging: {slowStatementThreshold: -1s}}}`, "postgresql.logging.slowStatementThreshold must be a duration from 0s (every statement) to 24h"},
+		{"slow statement threshold of days", `spec: {postgresql: {logging: {slowStatementThreshold: 48h}}}`, "postgresql.logging.slowStatementThreshold must be a duration from 0s (every statement) to 24h"},
+		{"no lock wait threshold", `spec: {postgresql: {logging: {lockWaitThreshold: 0s}}}`, "postgresql.logging.lockWaitThreshold must be a duration from 1ms to 1h"},
+		{"slow statements set twice", `spec: {postgresql: {parameters: {log_min_duration_statement: "1s"}, logging: {slowStatementThreshold: 500ms}}}`, "postgresql.logging and postgresql.parameters both set log_min_duration_statement, log_lock_waits or deadlock_timeout: set each in one place only"},
+		{"lock waits set twice", `spec: {postgresql: {parameters: {log_lock_waits: "on"}, logging: {lockWaits: false}}}`, "postgresql.logging and postgresql.parameters both set"},
 		{"endpoint without scheme", `spec: {backup: {objectStore: {endpoint: "s3.example.com", bucket: b1b, credentialsSecret: {name: s}}}}`, "spec.backup.objectStore.endpoint"},
 		// Hostile or odd input in every string field: refused here, before
 		// the operator or a pod ever sees it.
@@ -191,6 +196,13 @@ func TestInvalidClustersAreRejectedOnCreate(t *testing.T) {
 			expectRejected(t, env.Client.Create(context.Background(), obj), tc.want)
 		})
 	}
+}
+
+// TestLoggingIsAccepted: the logging block as docs/api.md shows it, and
+// parameters that do not overlap it.
+func TestLoggingIsAccepted(t *testing.T) {
+	createCluster(t, `spec: {postgresql: {parameters: {log_temp_files: "0"}, logging: {slowStatementThreshold: 250ms, lockWaits: true, lockWaitThreshold: 200ms}}}`)
+	createCluster(t, `spec: {postgresql: {logging: {slowStatementThreshold: 0s}}}`)
 }
 
 // createCluster creates baseCluster with overlay applied in a new namespace.

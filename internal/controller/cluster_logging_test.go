@@ -1,0 +1,30 @@
+package controller
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+)
+
+func TestDesiredLoggingInMilliseconds(t *testing.T) {
+	if got := desiredLogging(nil); got != nil {
+		t.Fatalf("no logging block: %+v, want nil (the configuration's hash stays as before)", got)
+	}
+	on := true
+	got := desiredLogging(&tuskv1alpha1.LoggingSpec{
+		SlowStatementThreshold: &metav1.Duration{Duration: 1500 * time.Millisecond},
+		LockWaits:              &on,
+		LockWaitThreshold:      &metav1.Duration{Duration: time.Second},
+	})
+	data, _ := json.Marshal(got)
+	if want := `{"slowStatementThresholdMillis":1500,"lockWaits":true,"lockWaitThresholdMillis":1000}`; string(data) != want {
+		t.Fatalf("desiredLogging = %s, want %s", data, want)
+	}
+	if got := desiredLogging(&tuskv1alpha1.LoggingSpec{}); got.SlowStatementThresholdMillis != nil || got.LockWaits != nil || got.LockWaitThresholdMillis != nil {
+		t.Fatalf("an empty block sets %+v, want nothing", got)
+	}
+}
