@@ -172,7 +172,10 @@ func logMessage(line string) string {
 	keys := slices.Sorted(maps.Keys(fields))
 	for _, k := range keys {
 		switch k {
-		case "msg", "level", "ts", "logger", "severity", "caller":
+		case "msg", "level", "ts", "logger", "severity", "caller",
+			// Every record's and PostgreSQL's session keys (docs/monitoring.md#logs).
+			"cluster", "instance", "timeline", "pid", "backendType", "sessionID", "vxid", "txid",
+			"pgTimestamp", "user", "database", "remoteHost", "applicationName", "sqlstate":
 		default:
 			msg += fmt.Sprintf(" %s=%v", k, fields[k])
 		}
