@@ -74,6 +74,10 @@ func TestBackupWaitsForItsCluster(t *testing.T) {
 		t.Errorf("status %+v: want the reason in error, an end and no start", got.Status)
 	}
 	waitForEvent(t, ns, tuskv1alpha1.ReasonBackupFailed, "has no spec.backup")
+	// The backup reconciler alone wrote its status.
+	if err := statusWriters(get(t, ns, "nightly", &tuskv1alpha1.PostgresBackup{}), BackupStatusOwner); err != nil {
+		t.Error(err)
+	}
 }
 
 // TestBackupRefusedWhileAnotherRuns: a second backup of a cluster whose

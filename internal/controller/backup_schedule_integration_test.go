@@ -88,7 +88,8 @@ func scheduleStatus(last, next time.Time) func(c *tuskv1alpha1.PostgresCluster) 
 // PostgresBackup per run, named by the run's time, labelled with the
 // cluster and not owned by it; ten missed minutes make one catch-up
 // backup, not ten; a schedule that never fires is reported and creates
-// nothing, while the cluster goes on.
+// nothing, while the cluster goes on; status says so, written by the
+// ClusterReconciler alone.
 func TestScheduleCreatesBackups(t *testing.T) {
 	ns := newNamespace(t)
 	create(t, &corev1.Secret{
@@ -164,6 +165,7 @@ func TestScheduleCreatesBackups(t *testing.T) {
 		t.Errorf("Event %s, want Warning", e.Type)
 	}
 	backupsAre(t, ns, name, "pg-"+latest.Format("20060102150405"))
+	statusWrittenByClusterReconcilerOnly(t, key)
 }
 
 // putStoredBackup writes a backup's data and record as tusk instance
@@ -341,6 +343,7 @@ func TestRetentionPrunesTheStoreAndTheBackups(t *testing.T) {
 		t.Errorf("objects after the failed retention: %v", got)
 	}
 	backupsAre(t, ns, "pg-elsewhere", "pg-mid", "pg-new", "pg-newer")
+	statusWrittenByClusterReconcilerOnly(t, key)
 }
 
 func findCondition(c *tuskv1alpha1.PostgresCluster, typ string) *metav1.Condition {

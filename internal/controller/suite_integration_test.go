@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	ctrl "sigs.k8s.io/controller-runtime"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -18,6 +20,11 @@ import (
 )
 
 var env *testenv.Env
+
+// restartNamespace is the one namespace the suite's manager does not
+// watch: TestScheduleAcrossARestart runs operators of its own there, one
+// after the other.
+var restartNamespace = fmt.Sprintf("ctrl-restart-%d", time.Now().UnixNano()%1e6)
 
 // TestMain runs the reconcilers in a manager against a real API server for
 // the whole package, as the operator does.
@@ -37,9 +44,11 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	cache := CacheOptions(nil)
+	cache.DefaultFieldSelector = fields.OneTermNotEqualSelector("metadata.namespace", restartNamespace)
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:  s,
-		Cache:   CacheOptions(nil),
+		Cache:   cache,
 		Metrics: metricsserver.Options{BindAddress: "0"},
 	})
 	if err == nil {
