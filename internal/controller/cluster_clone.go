@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -87,15 +86,6 @@ func withClone(pod *corev1.Pod, source *tuskv1alpha1.PostgresCluster) {
 	ctr := &pod.Spec.Containers[0]
 	ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "clone-source-tls", MountPath: cloneTLSMount, ReadOnly: true})
 	ctr.Command = append(ctr.Command, cloneArgs(source)...)
-}
-
-// setWaitingForSource records a cluster waiting for what it bootstraps
-// from (a backup, a cluster to clone).
-func setWaitingForSource(c *tuskv1alpha1.PostgresCluster, reason, message string) {
-	c.Status.ObservedGeneration = c.Generation
-	c.Status.Phase = tuskv1alpha1.ClusterPhasePending
-	setCondition(c, metav1.Condition{Type: tuskv1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: reason, Message: message})
-	setCondition(c, metav1.Condition{Type: tuskv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: message})
 }
 
 // clustersCloning maps a PostgresCluster to the clusters of its namespace

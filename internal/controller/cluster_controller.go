@@ -16,7 +16,6 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -297,10 +296,10 @@ func (r *ClusterReconciler) reconcileBootstrapSource(ctx context.Context, c *tus
 	return src, false, nil
 }
 
+// reportSpecError says in status and in a Warning Event what the user
+// must fix.
 func (r *ClusterReconciler) reportSpecError(c *tuskv1alpha1.PostgresCluster, se *specError) {
-	c.Status.ObservedGeneration = c.Generation
-	c.Status.Phase = tuskv1alpha1.ClusterPhaseFailed
-	setCondition(c, metav1.Condition{Type: tuskv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: se.reason, Message: se.message})
+	setSpecError(c, se)
 	r.event(c, corev1.EventTypeWarning, se.reason, "Reconcile", "%s", se.message)
 }
 

@@ -26,7 +26,9 @@ type progress struct {
 }
 
 // setStatus records what was observed: every instance's report, the
-// number of ready instances, the conditions and the phase.
+// number of ready instances, the conditions and the phase. The conditions
+// of a PostgresCluster are set in this file (and, for scheduled backups
+// and retention, in cluster_backup_status.go) only.
 func setStatus(c *tuskv1alpha1.PostgresCluster, v *view, p progress) {
 	st := &c.Status
 	st.ObservedGeneration = c.Generation
@@ -241,6 +243,33 @@ func phase(p progress, progressing, degraded metav1.Condition) tuskv1alpha1.Clus
 		return tuskv1alpha1.ClusterPhaseDegraded
 	}
 	return tuskv1alpha1.ClusterPhaseHealthy
+}
+
+// setSpecError records a spec only the user can fix: Ready false with the
+// error's reason, phase Failed.
+func setSpecError(c *tuskv1alpha1.PostgresCluster, se *specError) {
+	c.Status.ObservedGeneration = c.Generation
+	c.Status.Phase = tuskv1alpha1.ClusterPhaseFailed
+	setCondition(c, metav1.Condition{Type: tuskv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: se.reason, Message: se.message})
+}
+
+// setWaitingForSource records a cluster waiting for what it bootstraps
+// from (a backup, a cluster to clone).
+func setWaitingForSource(c *tuskv1alpha1.PostgresCluster, reason, message string) {
+	c.Status.ObservedGeneration = c.Generation
+	c.Status.Phase = tuskv1alpha1.ClusterPhasePending
+	setCondition(c, metav1.Condition{Type: tuskv1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: reason, Message: message})
+	setCondition(c, metav1.Condition{Type: tuskv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: message})
+}
+
+// markSwitched says, in the status written with the new primary, that the
+// instances have yet to report their new roles: nobody reading it should
+// take the Ready of the reports before the switchover for the new state.
+func markSwitched(c *tuskv1alpha1.PostgresCluster) {
+	msg := fmt.Sprintf("Switched the primary to %s; waiting for the instances to report their new roles", c.Status.CurrentPrimary)
+	setCondition(c, metav1.Condition{Type: tuskv1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: tuskv1alpha1.ReasonSwitchingOver, Message: msg})
+	setCondition(c, metav1.Condition{Type: tuskv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: tuskv1alpha1.ReasonSwitchingOver, Message: msg})
+	c.Status.Phase = tuskv1alpha1.ClusterPhaseSwitchingOver
 }
 
 func setCondition(c *tuskv1alpha1.PostgresCluster, cond metav1.Condition) {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
@@ -297,16 +296,6 @@ func (r *ClusterReconciler) promoteAndRepoint(ctx context.Context, c *tuskv1alph
 	}
 	reconnectReplicas(ctx, c, v, target, ic)
 	return nil
-}
-
-// markSwitched says, in the status written with the new primary, that the
-// instances have yet to report their new roles: nobody reading it should
-// take the Ready of the reports before the switchover for the new state.
-func markSwitched(c *tuskv1alpha1.PostgresCluster) {
-	msg := fmt.Sprintf("Switched the primary to %s; waiting for the instances to report their new roles", c.Status.CurrentPrimary)
-	setCondition(c, metav1.Condition{Type: tuskv1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: tuskv1alpha1.ReasonSwitchingOver, Message: msg})
-	setCondition(c, metav1.Condition{Type: tuskv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: tuskv1alpha1.ReasonSwitchingOver, Message: msg})
-	c.Status.Phase = tuskv1alpha1.ClusterPhaseSwitchingOver
 }
 
 // abortSwitchover makes the stepped-down primary the primary again: it has
