@@ -31,7 +31,7 @@ const (
 // and applies its retention to the object store. It is apart from the
 // ClusterReconciler so that a slow or unreachable store never delays a
 // failover. It writes no status: the ClusterReconciler, the one writer of
-// a cluster's status, derives the schedule's from the spec and the
+// a cluster's status, derives what the schedule did from the spec and the
 // scheduled PostgresBackups, and reads retention's outcome from results.
 type BackupScheduleReconciler struct {
 	client.Client
