@@ -28,3 +28,16 @@ func TestDesiredLoggingInMilliseconds(t *testing.T) {
 		t.Fatalf("an empty block sets %+v, want nothing", got)
 	}
 }
+
+func TestDesiredConfigCarriesTheLogging(t *testing.T) {
+	c := clusterWithPrimary(1, 1)
+	on := true
+	c.Spec.PostgreSQL.Logging = &tuskv1alpha1.LoggingSpec{LockWaits: &on}
+	cfg := desiredConfig(c, testView(c, inst{serial: 1, ready: true}))
+	if cfg.Logging == nil || cfg.Logging.LockWaits == nil || !*cfg.Logging.LockWaits {
+		t.Fatalf("desiredConfig's Logging = %+v, want lockWaits on", cfg.Logging)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
