@@ -239,7 +239,7 @@ func TestBadParameterIsReported(t *testing.T) {
 // checkMetricsCatalogued parses a scrape as Prometheus would and checks
 // that every tusk_ family it serves is in the catalogue docs/metrics.md is
 // rendered from, with the catalogue's type.
-func checkMetricsCatalogued(t *testing.T, text string) {
+func checkMetricsCatalogued(t testing.TB, text string) {
 	t.Helper()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
