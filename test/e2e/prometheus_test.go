@@ -39,7 +39,9 @@ const prometheusImage = "tusk/prometheus:dev"
 // fenced makes TuskPrimaryMissing pending, then firing, and the probe's
 // failed writes burn the error budget fast enough to page; unfenced, the
 // primary alert clears. A replica fenced makes TuskInstancesNotReady
-// pending, and the object store stopped TuskArchiveFailing.
+// pending, a replica whose replay is paused TuskReplicaLagging (pending,
+// then cleared once it replays again), and the object store stopped
+// TuskArchiveFailing.
 func TestShippedMonitoringOnARealPrometheus(t *testing.T) {
 	ns := newNamespace(t)
 	s3 := startS3(t, ns)
@@ -93,6 +95,14 @@ func TestShippedMonitoringOnARealPrometheus(t *testing.T) {
 	setFencedAnnotation(t, ns, name)
 	prom.waitAlert(t, "TuskInstancesNotReady", cluster, "", 2*time.Minute)
 	waitHealthy(t, ns, name, 3, clusterChangeTimeout)
+
+	// A replica that stops replaying while the probe keeps writing falls
+	// behind: the primary reports its replay lag growing.
+	lagging := map[string]string{"namespace": ns, "cluster": name, "replica": replica}
+	instanceSQL(t, ns, name, replica, "SELECT pg_wal_replay_pause()")
+	prom.waitAlert(t, "TuskReplicaLagging", lagging, "pending", 3*time.Minute)
+	instanceSQL(t, ns, name, replica, "SELECT pg_wal_replay_resume()")
+	prom.waitAlert(t, "TuskReplicaLagging", lagging, "", 3*time.Minute)
 
 	// The object store stopped: the next segment cannot be archived.
 	if err := clientset.CoreV1().Pods(ns).Delete(context.Background(), s3Name, metav1.DeleteOptions{}); err != nil {
