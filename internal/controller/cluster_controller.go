@@ -65,8 +65,11 @@ type ClusterReconciler struct {
 	Recorder events.EventRecorder
 	clients  instanceClients
 	leases   *leaseObserver
-	diverged firstSeen  // replicas behind the primary's timeline
-	caWarned lastWarned // clusters whose CA expires soon
+	diverged firstSeen // replicas behind the primary's timeline
+	// changingPrimary notes when each cluster's failover or switchover
+	// started, for how long it took (observePrimaryChange).
+	changingPrimary firstSeen
+	caWarned        lastWarned // clusters whose CA expires soon
 	// secrets reads Secrets, the user's with uncached GETs; api reads
 	// what the cache does not hold; secretNames watches every Secret by
 	// name (see CacheOptions).

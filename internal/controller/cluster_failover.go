@@ -165,8 +165,12 @@ func aheadOf(c *tuskv1alpha1.PostgresCluster, v *view, best *member) string {
 func (r *ClusterReconciler) reconcileFailover(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, ic *instanceClient) (failover, error) {
 	var f failover
 	if f.failed = primaryFailure(c, v); f.failed == "" {
+		if c.Status.TargetPrimary == c.Status.CurrentPrimary {
+			r.changingPrimary.forget(client.ObjectKeyFromObject(c).String()) // the primary came back, nothing changes
+		}
 		return f, nil
 	}
+	r.changingPrimary.heldFor(client.ObjectKeyFromObject(c).String(), time.Now())
 	f.underway = true
 	if target := v.member(c.Status.TargetPrimary); c.Status.TargetPrimary != c.Status.CurrentPrimary &&
 		target != nil && target.status != nil && target.status.Role == instanceapi.RolePrimary {
@@ -257,7 +261,7 @@ func (r *ClusterReconciler) recordFailover(ctx context.Context, c *tuskv1alpha1.
 		return err
 	}
 	r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonFailedOver, "Failover", "%s is the primary in place of %s (%s)", promoted.name, from, why)
-	observePrimaryChange(c, "failover")
+	r.observePrimaryChange(c, "failover")
 	err := r.reconcileRoleLabels(ctx, c, v)
 	// Even when a label could not move: a synchronous primary holds every
 	// commit until a standby streams from it.

@@ -83,6 +83,7 @@ func (r *ClusterReconciler) startSwitchover(ctx context.Context, c *tuskv1alpha1
 		c.Status.TargetPrimary = c.Status.CurrentPrimary // not decided after all
 		return err
 	}
+	r.changingPrimary.heldFor(client.ObjectKeyFromObject(c).String(), time.Now())
 	r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonSwitchingOver, "Switchover", "Switching the primary from %s to %s: %s", c.Status.CurrentPrimary, target.name, why)
 	return nil
 }
@@ -245,7 +246,7 @@ func (r *ClusterReconciler) reconcileSwitchover(ctx context.Context, c *tuskv1al
 		return true, err
 	}
 	r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonSwitchedOver, "Switchover", "%s is the primary; %s follows it", target.name, from)
-	observePrimaryChange(c, "switchover")
+	r.observePrimaryChange(c, "switchover")
 	return false, nil
 }
 
