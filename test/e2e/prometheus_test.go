@@ -41,7 +41,8 @@ const prometheusImage = "tusk/prometheus:dev"
 // primary alert clears. A replica fenced makes TuskInstancesNotReady
 // pending, a replica whose replay is paused TuskReplicaLagging (pending,
 // then cleared once it replays again), and the object store stopped
-// TuskArchiveFailing.
+// TuskArchiveFailing. Then `kubectl tusk report` bundles the cluster
+// (checkReport).
 func TestShippedMonitoringOnARealPrometheus(t *testing.T) {
 	ns := newNamespace(t)
 	s3 := startS3(t, ns)
@@ -110,6 +111,9 @@ func TestShippedMonitoringOnARealPrometheus(t *testing.T) {
 	}
 	instanceSQL(t, ns, name, currentPrimary(t, ns, name), "SELECT pg_switch_wal()")
 	prom.waitAlert(t, "TuskArchiveFailing", cluster, "pending", 3*time.Minute)
+
+	// After all that, the support bundle of the cluster.
+	checkReport(t, ns, name)
 }
 
 // otherInstance names an instance of the cluster other than not.
