@@ -49,8 +49,18 @@ func BenchmarkOperatorMemory(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = env.Stop() }()
-	// The operator logs to nowhere: its log would hold this process's
-	// heap, and the figure is about what it caches.
+	defer startOperator(b, env)()
+	for i := range b.N {
+		measure(b, env.Client, i)
+	}
+}
+
+// startOperator runs the operator in this process, as `tusk operator`
+// does, until the function it returns stops it. The operator logs to
+// nowhere: its log would hold this process's heap, and the figures are
+// about what it caches.
+func startOperator(b *testing.B, env *testenv.Env) (stop func()) {
+	b.Helper()
 	ctx, cancel := context.WithCancel(ctrl.LoggerInto(context.Background(), logr.Discard()))
 	ctrl.SetLogger(logr.Discard())
 	done := make(chan error, 1)
@@ -60,14 +70,11 @@ func BenchmarkOperatorMemory(b *testing.B) {
 			Controllers: controller.Config{InstanceManagerImage: "tusk/operator:bench"},
 		})
 	}()
-	defer func() {
+	return func() {
 		cancel()
 		if err := <-done; err != nil {
 			b.Errorf("operator: %v", err)
 		}
-	}()
-	for i := range b.N {
-		measure(b, env.Client, i)
 	}
 }
 

@@ -8,20 +8,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 	"tusk.dev/tusk/internal/controller"
-	"tusk.dev/tusk/internal/operator"
 	"tusk.dev/tusk/internal/testenv"
 )
 
@@ -82,15 +79,8 @@ func clusterName(i int) string { return fmt.Sprintf("c%03d", i) }
 // it.
 func runOperatorUntilCertificates(b *testing.B, env *testenv.Env) {
 	b.Helper()
-	ctx, cancel := context.WithCancel(ctrl.LoggerInto(context.Background(), logr.Discard()))
-	ctrl.SetLogger(logr.Discard())
-	done := make(chan error, 1)
-	go func() {
-		done <- operator.Run(ctx, env.Config, operator.Options{
-			MetricsAddr: "0", ProbeAddr: "0", GracefulShutdownTimeout: 10 * time.Second,
-			Controllers: controller.Config{InstanceManagerImage: "tusk/operator:bench"},
-		})
-	}()
+	stop := startOperator(b, env)
+	defer stop()
 	collector := controller.ClusterCollector{Reader: env.Client}
 	testenv.Eventually(b, 5*time.Minute, func(context.Context) error {
 		certs := map[string]int{}
@@ -104,10 +94,6 @@ func runOperatorUntilCertificates(b *testing.B, env *testenv.Env) {
 		}
 		return nil
 	})
-	cancel()
-	if err := <-done; err != nil {
-		b.Fatalf("operator: %v", err)
-	}
 }
 
 // giveFullStatus writes the status of a healthy three-instance cluster
