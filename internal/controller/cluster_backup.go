@@ -72,7 +72,7 @@ func archiveArgs(c *tuskv1alpha1.PostgresCluster) []string {
 		"--wal-archive-path=" + archivePath(c),
 		"--wal-archive-access-key-id-file=" + backupCredentialsMount + "/" + fileAccessKeyID,
 		"--wal-archive-secret-access-key-file=" + backupCredentialsMount + "/" + fileSecretAccessKey,
-		"--wal-archive-binary=" + binMount + "/tusk",
+		"--wal-archive-binary=" + instanceapi.ManagerBinary,
 	}
 	if store.Region != "" {
 		args = append(args, "--wal-archive-region="+store.Region)

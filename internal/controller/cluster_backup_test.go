@@ -31,7 +31,7 @@ func TestBackupPodMountsTheKeysItsArgumentsName(t *testing.T) {
 	}
 	for flag, value := range map[string]string{
 		"--wal-archive-endpoint": "https://s3.example.com", "--wal-archive-bucket": "backups",
-		"--wal-archive-path": "db/archived", "--wal-archive-region": "eu-west-1", "--wal-archive-binary": binMount + "/tusk",
+		"--wal-archive-path": "db/archived", "--wal-archive-region": "eu-west-1", "--wal-archive-binary": instanceapi.ManagerBinary,
 	} {
 		if got := flagValue(args, flag); got != value {
 			t.Errorf("%s=%q, want %q", flag, got, value)

@@ -17,7 +17,7 @@ import (
 const (
 	dataMount      = "/var/lib/postgresql/data"
 	pgdata         = dataMount + "/pgdata"
-	binMount       = "/tusk-bin"
+	binMount       = "/tusk-bin" // holds instanceapi.ManagerBinary
 	runMount       = "/run/tusk"
 	podinfoMount   = "/etc/tusk/podinfo"
 	configMount    = "/etc/tusk/config"
@@ -104,7 +104,7 @@ func bootstrapContainer(managerImage string) corev1.Container {
 		Name:            "bootstrap",
 		Image:           managerImage,
 		ImagePullPolicy: corev1.PullIfNotPresent,
-		Command:         []string{"/tusk", "instance", "bootstrap-copy", "--dest", binMount + "/tusk"},
+		Command:         []string{"/tusk", "instance", "bootstrap-copy", "--dest", instanceapi.ManagerBinary},
 		VolumeMounts:    []corev1.VolumeMount{{Name: "tusk-bin", MountPath: binMount}},
 		SecurityContext: containerSecurityContext(),
 		Resources: corev1.ResourceRequirements{
@@ -119,7 +119,7 @@ func postgresContainer(c *tuskv1alpha1.PostgresCluster) corev1.Container {
 		Name:            "postgres",
 		Image:           c.Spec.Image,
 		ImagePullPolicy: c.Spec.ImagePullPolicy,
-		Command:         append([]string{binMount + "/tusk", "instance", "run"}, instanceArgs(c)...),
+		Command:         append([]string{instanceapi.ManagerBinary, "instance", "run"}, instanceArgs(c)...),
 		Env: []corev1.EnvVar{
 			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 			{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},

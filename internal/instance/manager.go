@@ -355,6 +355,9 @@ func (m *Manager) Run(ctx context.Context) error {
 		return err
 	}
 	defer shutdownHTTP(server, m.log)
+	if local := m.serveLocalStatus(); local != nil {
+		defer shutdownHTTP(local, m.log)
+	}
 	m.openLogPipes()
 	defer m.closeLogPipes() // after postgres stopped
 	defer close(m.stopped)  // before the HTTP server stops: waiting handlers give up

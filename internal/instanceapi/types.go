@@ -53,6 +53,11 @@ const (
 // DefaultStatusPort is where the instance manager serves HTTP in a pod.
 const DefaultStatusPort = 8000
 
+// ManagerBinary is where the instance manager's binary is in every
+// PostgreSQL pod: an init container copies it there from the operator's
+// image, so any PostgreSQL image works.
+const ManagerBinary = "/tusk-bin/tusk"
+
 // ProbeRole is the role the SLI probe (tusk probe) logs in as, with a
 // client certificate whose CN is the role; it may only write and read
 // ProbeTable of the database ProbeDatabase, which the primary's instance

@@ -47,9 +47,10 @@ func newReportCommand(o *options) *cobra.Command {
 		Long: `Report writes a zip with what it takes to understand a cluster's trouble: the
 PostgresCluster, its PostgresBackups, its pods (with their status), volumes,
 Services, ConfigMaps (the rendered configuration), budget and NetworkPolicy,
-the Events about any of them, the logs of every container of its pods (the
-current and, after a restart, the previous one) and the operator's log lines
-about the cluster, for the last --since.
+the Events about any of them, each running instance manager's own /status
+(asked for in its pod, as kubectl exec does), the logs of every container of
+its pods (the current and, after a restart, the previous one) and the
+operator's log lines about the cluster, for the last --since.
 
 Secrets are listed by name, type and keys, never with their values. Every
 value of the cluster's Secrets (passwords, keys, object store credentials)
@@ -110,6 +111,7 @@ func (ro *reportOptions) run(ctx context.Context, name string) error {
 	secrets := ro.addSecretNames(ctx, c, b, cluster)
 	ro.addEvents(ctx, c, b, cluster)
 	ro.addLogs(ctx, clientset, b, cluster, pods)
+	ro.addInstanceStatuses(ctx, cfg, clientset, b, pods)
 	b.add("README.txt", readme(cluster, ro.since, now, b.notes))
 	redact(b, secrets)
 

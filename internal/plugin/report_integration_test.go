@@ -72,7 +72,7 @@ func TestReportRedactsEverySecret(t *testing.T) {
 		"cluster.yaml": {"kind: PostgresCluster", "currentPrimary: orders-1"},
 		"events.txt":   {"Leaky", "the password is [REDACTED]", "the key [REDACTED]", "Pod/orders-1 Started"},
 		"secrets.txt":  {"orders-app (Opaque): password, username"},
-		"README.txt":   {"logs/orders-1: the pod has no container started"},
+		"README.txt":   {"logs/orders-1: the pod has no container started", "instances/orders-1.status.json: the postgres container is not running"},
 	}
 	for file, wants := range expect {
 		for _, want := range wants {

@@ -17,12 +17,13 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"tusk.dev/tusk/internal/instanceapi"
 	"tusk.dev/tusk/internal/plugin"
 )
 
 // checkReport runs `kubectl tusk report` (the plugin's own command, in
-// process) on a live cluster and checks the bundle: every pod's postgres
-// log is there with PostgreSQL's own records in the manager's schema
+// process) on a live cluster and checks the bundle: every instance
+// manager's own /status is there, every pod's postgres log is there with PostgreSQL's own records in the manager's schema
 // (logger postgres, the cluster and instance named), the operator's lines
 // about the cluster are there, and no value of the namespace's Secrets
 // appears in any file.
@@ -51,6 +52,10 @@ func checkReport(t *testing.T, ns, cluster string) {
 		}
 		if !hasPostgresRecord(log, cluster, p.Name) {
 			t.Errorf("the postgres log of %s in the report has no PostgreSQL record in the manager's schema (logger postgres, cluster %s, instance %s)", p.Name, cluster, p.Name)
+		}
+		var st instanceapi.Status
+		if err := json.Unmarshal(files[cluster+"-report/instances/"+p.Name+".status.json"], &st); err != nil || st.Role == "" {
+			t.Errorf("the report has no /status of %s (%v); README.txt:\n%s", p.Name, err, files[cluster+"-report/README.txt"])
 		}
 	}
 	operatorLines := 0
