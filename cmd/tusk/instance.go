@@ -168,7 +168,9 @@ func newInstanceRunCommand() *cobra.Command {
 			// Every record, the manager's and PostgreSQL's, names the
 			// cluster, the instance and the current timeline.
 			f.opts.LogFields = instance.NewLogFields(f.opts.ClusterName, f.opts.Name)
-			log := newLogger(crzap.RawZapOpts(zap.WrapCore(f.opts.LogFields.WrapCore)))
+			// One JSON stream on stdout, PostgreSQL's records and the
+			// manager's alike.
+			log := newLogger(crzap.WriteTo(os.Stdout), crzap.RawZapOpts(zap.WrapCore(f.opts.LogFields.WrapCore)))
 			if err := f.complete(); err != nil {
 				return err
 			}
