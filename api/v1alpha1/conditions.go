@@ -105,3 +105,47 @@ const (
 	ReasonKeptSecrets        = "KeptSecrets"
 	ReasonDeletedVolumes     = "DeletedVolumes"
 )
+
+// Condition types of the declarative SQL objects (PostgresRole,
+// PostgresDatabase, PostgresPublication, PostgresSubscription). Ready is
+// Applied, and for a subscription also not SlotLagging.
+const (
+	// ConditionApplied is true when the primary's catalogs matched the
+	// spec at the last apply.
+	ConditionApplied = "Applied"
+	// ConditionSlotLagging is true while a subscription's slot on its Tusk
+	// publisher holds back more WAL than spec.slotLagThreshold, or the
+	// publisher lost WAL it needs.
+	ConditionSlotLagging = "SlotLagging"
+)
+
+// Reasons of the declarative SQL objects' conditions; each change of
+// Applied is also an Event with its reason.
+const (
+	// ReasonApplied: the catalogs match the spec.
+	ReasonApplied = "Applied"
+	// ReasonWaitingForPrimary: the cluster has no writable primary now
+	// (creating, failing or switching over, fenced); Tusk retries.
+	ReasonWaitingForPrimary = "WaitingForPrimary"
+	// ReasonApplyRefused: the instance manager refused the spec as it
+	// stands (a dependency missing, a drop that would lose objects...);
+	// the message says why. Tusk retries, as the world may change.
+	ReasonApplyRefused = "ApplyRefused"
+	// ReasonApplyFailed: applying failed for another reason.
+	ReasonApplyFailed = "ApplyFailed"
+	// ReasonNameConflict: an older object of the same kind already manages
+	// this name in the cluster.
+	ReasonNameConflict = "NameConflict"
+	// ReasonSourceInvalid: a Secret or cluster the spec names cannot be
+	// used (missing, or without the keys it needs).
+	ReasonSourceInvalid = "SourceInvalid"
+	// ReasonSlotWithinLimit and ReasonSlotLagging are a subscription's
+	// SlotLagging reasons; ReasonSlotUnknown when the publisher is not a
+	// Tusk cluster, or did not answer.
+	ReasonSlotWithinLimit = "SlotWithinLimit"
+	ReasonSlotLagging     = "SlotLagging"
+	ReasonSlotUnknown     = "SlotUnknown"
+	// ReasonSQLChanged is the Event reason for an apply that changed
+	// something; its message lists the changes.
+	ReasonSQLChanged = "Changed"
+)

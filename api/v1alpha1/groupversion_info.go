@@ -1,4 +1,6 @@
-// Package v1alpha1 holds the Tusk API: PostgresCluster and PostgresBackup.
+// Package v1alpha1 holds the Tusk API: PostgresCluster, PostgresBackup and
+// the declarative SQL objects (PostgresRole, PostgresDatabase,
+// PostgresPublication, PostgresSubscription).
 //
 // It describes; it does not do. This package depends only on the Kubernetes
 // API machinery, never on the rest of Tusk, so any client can import the API
@@ -29,6 +31,10 @@ func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&PostgresCluster{}, &PostgresClusterList{},
 		&PostgresBackup{}, &PostgresBackupList{},
+		&PostgresRole{}, &PostgresRoleList{},
+		&PostgresDatabase{}, &PostgresDatabaseList{},
+		&PostgresPublication{}, &PostgresPublicationList{},
+		&PostgresSubscription{}, &PostgresSubscriptionList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -47,6 +47,12 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config, namespaces []string) error {
 	if err := schedules.SetupWithManager(mgr); err != nil {
 		return err
 	}
+	for _, kind := range sqlKinds() {
+		r := &SQLReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("tusk"), kind: kind, secrets: secrets, secretNames: secretNames}
+		if err := r.SetupWithManager(mgr); err != nil {
+			return err
+		}
+	}
 	return (&BackupReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("tusk")}).SetupWithManager(mgr)
 }
 

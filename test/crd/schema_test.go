@@ -71,7 +71,8 @@ func TestEveryFieldIsDescribed(t *testing.T) {
 }
 
 func TestNamesAndSubresources(t *testing.T) {
-	want := map[string]string{"PostgresCluster": "pgc", "PostgresBackup": "pgb"}
+	want := map[string]string{"PostgresCluster": "pgc", "PostgresBackup": "pgb", "PostgresRole": "pgrole",
+		"PostgresDatabase": "pgdb", "PostgresPublication": "pgpub", "PostgresSubscription": "pgsub"}
 	crds := loadCRDs(t)
 	if len(crds) != len(want) {
 		t.Fatalf("got %d CRDs, want %d", len(crds), len(want))

@@ -1,0 +1,197 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/instanceapi"
+)
+
+type runtimeObject = runtime.Object
+
+// sqlKind is what the SQLReconciler needs to know of one kind of
+// declarative SQL object: how to read it, which request applies it, and
+// which one drops it.
+type sqlKind struct {
+	name      string // the Kind, for messages
+	path      string // the instance manager's path
+	newObject func() client.Object
+	newList   func() client.ObjectList
+	status    func(client.Object) *tuskv1alpha1.SQLObjectStatus
+	cluster   func(client.Object) string
+	sqlName   func(client.Object) string
+	// sourceCluster is another cluster the object reads from (a
+	// subscription's publisher), or "".
+	sourceCluster func(client.Object) string
+	// secrets are the Secrets the object names.
+	secrets func(client.Object) []string
+	// dropsOnDelete says whether deleting the object drops what it made.
+	dropsOnDelete func(client.Object) bool
+	request       func(context.Context, *SQLReconciler, client.Object, *tuskv1alpha1.PostgresCluster) (any, error)
+	drop          func(context.Context, *SQLReconciler, client.Object, *tuskv1alpha1.PostgresCluster) (any, error)
+	// observe, when set, looks at what follows an apply (a subscription's
+	// slot on its publisher) and sets the object's other conditions.
+	observe func(context.Context, *SQLReconciler, client.Object, *tuskv1alpha1.PostgresCluster)
+}
+
+// sqlSourceError is a Secret or cluster the spec names that cannot be
+// used: the object waits for it, with a condition saying which.
+type sqlSourceError struct{ msg string }
+
+func (e *sqlSourceError) Error() string { return e.msg }
+
+func sourceErrorf(format string, args ...any) error {
+	return &sqlSourceError{msg: fmt.Sprintf(format, args...)}
+}
+
+func noSourceCluster(client.Object) string { return "" }
+
+// sqlKinds are the four kinds, each with its SQLReconciler.
+func sqlKinds() []sqlKind {
+	return []sqlKind{roleKind(), databaseKind(), publicationKind(), subscriptionKind()}
+}
+
+func roleKind() sqlKind {
+	role := func(o client.Object) *tuskv1alpha1.PostgresRole { return o.(*tuskv1alpha1.PostgresRole) }
+	return sqlKind{
+		name: "PostgresRole", path: instanceapi.PathSQLRoles,
+		newObject:     func() client.Object { return &tuskv1alpha1.PostgresRole{} },
+		newList:       func() client.ObjectList { return &tuskv1alpha1.PostgresRoleList{} },
+		status:        func(o client.Object) *tuskv1alpha1.SQLObjectStatus { return &role(o).Status },
+		cluster:       func(o client.Object) string { return role(o).Spec.Cluster.Name },
+		sqlName:       func(o client.Object) string { return role(o).Spec.Name },
+		sourceCluster: noSourceCluster,
+		secrets: func(o client.Object) []string {
+			if s := role(o).Spec.PasswordSecret; s != nil {
+				return []string{s.Name}
+			}
+			return nil
+		},
+		// Deleting a PostgresRole leaves the role: ensure: absent drops it.
+		dropsOnDelete: func(client.Object) bool { return false },
+		request: func(ctx context.Context, r *SQLReconciler, o client.Object, _ *tuskv1alpha1.PostgresCluster) (any, error) {
+			var password *string
+			if s := role(o).Spec.PasswordSecret; s != nil && role(o).Spec.Ensure != tuskv1alpha1.EnsureAbsent {
+				p, err := r.secretKey(ctx, o.GetNamespace(), s.Name, "password")
+				if err != nil {
+					return nil, err
+				}
+				password = &p
+			}
+			return roleRequest(role(o).Spec, password), nil
+		},
+	}
+}
+
+// roleRequest is the instance manager's request for a role's spec.
+func roleRequest(spec tuskv1alpha1.PostgresRoleSpec, password *string) instanceapi.RoleRequest {
+	req := instanceapi.RoleRequest{
+		Name: spec.Name, Ensure: ensure(spec.Ensure),
+		Login: spec.Login, Superuser: spec.Superuser, CreateDB: spec.CreateDB, CreateRole: spec.CreateRole,
+		Replication: spec.Replication, BypassRLS: spec.BypassRLS, Inherit: spec.Inherit,
+		ConnectionLimit: spec.ConnectionLimit, InRoles: spec.InRoles, Parameters: spec.Parameters,
+		Password: password, ReassignOwnedTo: spec.ReassignOwnedTo,
+	}
+	if spec.ValidUntil != nil {
+		req.ValidUntil = spec.ValidUntil.UTC().Format(time.RFC3339)
+	}
+	return req
+}
+
+func ensure(e tuskv1alpha1.Ensure) instanceapi.Ensure {
+	if e == tuskv1alpha1.EnsureAbsent {
+		return instanceapi.EnsureAbsent
+	}
+	return instanceapi.EnsurePresent
+}
+
+func databaseKind() sqlKind {
+	db := func(o client.Object) *tuskv1alpha1.PostgresDatabase { return o.(*tuskv1alpha1.PostgresDatabase) }
+	return sqlKind{
+		name: "PostgresDatabase", path: instanceapi.PathSQLDatabases,
+		newObject:     func() client.Object { return &tuskv1alpha1.PostgresDatabase{} },
+		newList:       func() client.ObjectList { return &tuskv1alpha1.PostgresDatabaseList{} },
+		status:        func(o client.Object) *tuskv1alpha1.SQLObjectStatus { return &db(o).Status },
+		cluster:       func(o client.Object) string { return db(o).Spec.Cluster.Name },
+		sqlName:       func(o client.Object) string { return db(o).Spec.Name },
+		sourceCluster: noSourceCluster,
+		secrets:       func(client.Object) []string { return nil },
+		dropsOnDelete: func(o client.Object) bool {
+			return db(o).Spec.ReclaimPolicy == tuskv1alpha1.DatabaseReclaimDelete
+		},
+		request: func(_ context.Context, _ *SQLReconciler, o client.Object, _ *tuskv1alpha1.PostgresCluster) (any, error) {
+			return databaseRequest(db(o).Spec), nil
+		},
+		drop: func(_ context.Context, _ *SQLReconciler, o client.Object, _ *tuskv1alpha1.PostgresCluster) (any, error) {
+			req := databaseRequest(db(o).Spec)
+			req.Ensure, req.Extensions, req.Schemas = instanceapi.EnsureAbsent, nil, nil
+			return req, nil
+		},
+	}
+}
+
+// databaseRequest is the instance manager's request for a database's spec.
+func databaseRequest(spec tuskv1alpha1.PostgresDatabaseSpec) instanceapi.DatabaseRequest {
+	req := instanceapi.DatabaseRequest{
+		Name: spec.Name, Ensure: ensure(spec.Ensure), Owner: spec.Owner,
+		Encoding: spec.Encoding, Locale: spec.Locale, Template: spec.Template,
+		ConnectionLimit: spec.ConnectionLimit, ForceDrop: spec.ForceDrop,
+	}
+	for _, e := range spec.Extensions {
+		req.Extensions = append(req.Extensions, instanceapi.ExtensionRequest{Name: e.Name, Ensure: ensure(e.Ensure), Version: e.Version, Schema: e.Schema})
+	}
+	for _, s := range spec.Schemas {
+		req.Schemas = append(req.Schemas, instanceapi.SchemaRequest{Name: s.Name, Ensure: ensure(s.Ensure), Owner: s.Owner})
+	}
+	return req
+}
+
+func publicationKind() sqlKind {
+	pub := func(o client.Object) *tuskv1alpha1.PostgresPublication { return o.(*tuskv1alpha1.PostgresPublication) }
+	request := func(o client.Object) instanceapi.PublicationRequest {
+		s := pub(o).Spec
+		return instanceapi.PublicationRequest{Name: s.Name, Database: s.Database, Ensure: instanceapi.EnsurePresent,
+			AllTables: s.AllTables, Tables: s.Tables}
+	}
+	return sqlKind{
+		name: "PostgresPublication", path: instanceapi.PathSQLPublications,
+		newObject:     func() client.Object { return &tuskv1alpha1.PostgresPublication{} },
+		newList:       func() client.ObjectList { return &tuskv1alpha1.PostgresPublicationList{} },
+		status:        func(o client.Object) *tuskv1alpha1.SQLObjectStatus { return &pub(o).Status },
+		cluster:       func(o client.Object) string { return pub(o).Spec.Cluster.Name },
+		sqlName:       func(o client.Object) string { return pub(o).Spec.Database + "/" + pub(o).Spec.Name },
+		sourceCluster: noSourceCluster,
+		secrets:       func(client.Object) []string { return nil },
+		dropsOnDelete: func(client.Object) bool { return true },
+		request: func(_ context.Context, _ *SQLReconciler, o client.Object, _ *tuskv1alpha1.PostgresCluster) (any, error) {
+			return request(o), nil
+		},
+		drop: func(_ context.Context, _ *SQLReconciler, o client.Object, _ *tuskv1alpha1.PostgresCluster) (any, error) {
+			req := request(o)
+			req.Ensure = instanceapi.EnsureAbsent
+			return req, nil
+		},
+	}
+}
+
+// secretKey reads one key of a Secret the user named; a missing Secret or
+// key is a source error.
+func (r *SQLReconciler) secretKey(ctx context.Context, namespace, name, key string) (string, error) {
+	data, err := r.secrets.data(ctx, namespace, name)
+	if err != nil {
+		return "", err
+	}
+	if data == nil {
+		return "", sourceErrorf("the Secret %s does not exist in namespace %s", name, namespace)
+	}
+	value, ok := data[key]
+	if !ok || len(value) == 0 {
+		return "", sourceErrorf("the Secret %s has no key %q", name, key)
+	}
+	return string(value), nil
+}
