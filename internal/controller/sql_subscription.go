@@ -23,7 +23,9 @@ import (
 var defaultSlotLagThreshold = resource.MustParse("1Gi")
 
 func subscriptionKind() sqlKind {
-	sub := func(o client.Object) *tuskv1alpha1.PostgresSubscription { return o.(*tuskv1alpha1.PostgresSubscription) }
+	sub := func(o client.Object) *tuskv1alpha1.PostgresSubscription {
+		return o.(*tuskv1alpha1.PostgresSubscription)
+	}
 	return sqlKind{
 		name: "PostgresSubscription", path: instanceapi.PathSQLSubscriptions,
 		newObject: func() client.Object { return &tuskv1alpha1.PostgresSubscription{} },

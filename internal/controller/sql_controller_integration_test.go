@@ -1,0 +1,153 @@
+//go:build integration
+
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/testenv"
+)
+
+func newRole(ns, name, cluster string) *tuskv1alpha1.PostgresRole {
+	return &tuskv1alpha1.PostgresRole{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       tuskv1alpha1.PostgresRoleSpec{Cluster: corev1.LocalObjectReference{Name: cluster}, Name: "app_user", Login: true},
+	}
+}
+
+// sqlObjectWhen waits until o's Applied condition has the reason and its
+// message contains message, for the object's current generation.
+func sqlObjectWhen(t *testing.T, o client.Object, status func(client.Object) *tuskv1alpha1.SQLObjectStatus, reason, message string) {
+	t.Helper()
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+			return err
+		}
+		st := status(o)
+		applied := meta.FindStatusCondition(st.Conditions, tuskv1alpha1.ConditionApplied)
+		if applied == nil || applied.Reason != reason || !strings.Contains(applied.Message, message) || st.ObservedGeneration != o.GetGeneration() {
+			return fmt.Errorf("%s: Applied %+v (observed generation %d of %d); want reason %s with %q",
+				o.GetName(), applied, st.ObservedGeneration, o.GetGeneration(), reason, message)
+		}
+		return nil
+	})
+}
+
+func roleStatus(o client.Object) *tuskv1alpha1.SQLObjectStatus {
+	return &o.(*tuskv1alpha1.PostgresRole).Status
+}
+
+func databaseStatus(o client.Object) *tuskv1alpha1.SQLObjectStatus {
+	return &o.(*tuskv1alpha1.PostgresDatabase).Status
+}
+
+// TestSQLObjectsWaitForTheirPrimary: a role of a cluster that does not
+// exist waits, saying so with a Warning Event; once the cluster exists
+// without a running primary (envtest has no kubelet), it waits for the
+// primary. Ready follows Applied, and only the SQL reconciler writes the
+// status.
+func TestSQLObjectsWaitForTheirPrimary(t *testing.T) {
+	ns := newNamespace(t)
+	role := newRole(ns, "app", "pg")
+	create(t, role)
+	sqlObjectWhen(t, role, roleStatus, tuskv1alpha1.ReasonWaitingForPrimary, "the PostgresCluster pg does not exist")
+	e := waitForEvent(t, ns, tuskv1alpha1.ReasonWaitingForPrimary, "the PostgresCluster pg does not exist")
+	if e.Type != corev1.EventTypeWarning || e.Regarding.Name != "app" {
+		t.Errorf("Event %s about %s, want a Warning about app", e.Type, e.Regarding.Name)
+	}
+	if ready := meta.FindStatusCondition(role.Status.Conditions, tuskv1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionFalse {
+		t.Errorf("Ready %+v, want False while not applied", ready)
+	}
+
+	create(t, newCluster(ns))
+	sqlObjectWhen(t, role, roleStatus, tuskv1alpha1.ReasonWaitingForPrimary, "pg")
+	if err := statusWriters(get(t, ns, "app", &tuskv1alpha1.PostgresRole{}), SQLStatusOwner); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestSQLObjectSecretsAndNames: a role whose password Secret is missing
+// says so, and is woken when the Secret appears (through the Secret name
+// watch); a second object naming the same role is refused as a conflict,
+// the older one is not.
+func TestSQLObjectSecretsAndNames(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newCluster(ns))
+	role := newRole(ns, "app", "pg")
+	role.Spec.PasswordSecret = &corev1.LocalObjectReference{Name: "app-password"}
+	create(t, role)
+	sqlObjectWhen(t, role, roleStatus, tuskv1alpha1.ReasonSourceInvalid, "the Secret app-password does not exist")
+
+	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "app-password", Namespace: ns}, Data: map[string][]byte{"user": []byte("x")}})
+	sqlObjectWhen(t, role, roleStatus, tuskv1alpha1.ReasonSourceInvalid, `the Secret app-password has no key "password"`)
+
+	twin := newRole(ns, "app-twin", "pg")
+	create(t, twin)
+	sqlObjectWhen(t, twin, roleStatus, tuskv1alpha1.ReasonNameConflict, "PostgresRole app already manages \"app_user\"")
+	// The same name in another cluster is another role.
+	other := newRole(ns, "app-other", "pg-other")
+	create(t, other)
+	sqlObjectWhen(t, other, roleStatus, tuskv1alpha1.ReasonWaitingForPrimary, "pg-other does not exist")
+}
+
+// TestDatabaseFinalizerFollowsReclaimPolicy: a database that is retained
+// carries no finalizer; reclaimPolicy delete adds one, so that deleting
+// the object drops the database first; with no cluster left, there is
+// nothing to drop and the object goes.
+func TestDatabaseFinalizerFollowsReclaimPolicy(t *testing.T) {
+	ns := newNamespace(t)
+	db := &tuskv1alpha1.PostgresDatabase{
+		ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: ns},
+		Spec: tuskv1alpha1.PostgresDatabaseSpec{Cluster: corev1.LocalObjectReference{Name: "pg"}, Name: "shop", Owner: "app",
+			ReclaimPolicy: tuskv1alpha1.DatabaseReclaimRetain},
+	}
+	create(t, db)
+	create(t, newCluster(ns))
+	sqlObjectWhen(t, db, databaseStatus, tuskv1alpha1.ReasonWaitingForPrimary, "pg")
+	if controllerutil.ContainsFinalizer(db, FinalizerSQL) {
+		t.Fatalf("a retained database has the finalizer %s", FinalizerSQL)
+	}
+
+	patch := client.MergeFrom(db.DeepCopy())
+	db.Spec.ReclaimPolicy = tuskv1alpha1.DatabaseReclaimDelete
+	if err := env.Client.Patch(context.Background(), db, patch); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(db), db); err != nil {
+			return err
+		}
+		if !controllerutil.ContainsFinalizer(db, FinalizerSQL) {
+			return fmt.Errorf("finalizers %v, want %s", db.Finalizers, FinalizerSQL)
+		}
+		return nil
+	})
+
+	// Deleting waits for the primary to drop the database.
+	if err := env.Client.Delete(context.Background(), db); err != nil {
+		t.Fatal(err)
+	}
+	sqlObjectWhen(t, db, databaseStatus, tuskv1alpha1.ReasonWaitingForPrimary, "pg")
+	// With the cluster gone, there is nothing to drop.
+	if err := env.Client.Delete(context.Background(), get(t, ns, "pg", &tuskv1alpha1.PostgresCluster{})); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(db), db)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("the database object is still there (finalizers %v): %w", db.Finalizers, err)
+	})
+}
