@@ -89,8 +89,13 @@ func checkRoleRequest(req instanceapi.RoleRequest, owner string) error {
 			return refuse("role %s cannot reassign what it owns to %s: a role reserved to Tusk or PostgreSQL", req.Name, to)
 		}
 	}
-	if slices.Contains(req.InRoles, req.Name) {
-		return refuse("role %s cannot be a member of itself", req.Name)
+	for _, r := range req.InRoles {
+		switch {
+		case r == req.Name:
+			return refuse("role %s cannot be a member of itself", req.Name)
+		case slices.Contains(instanceapi.ReservedRoles, r):
+			return refuse("role %s cannot be a member of %s: a role reserved to Tusk", req.Name, r)
+		}
 	}
 	for k := range req.Parameters {
 		if !validSettingName(k) {

@@ -141,6 +141,7 @@ func TestPlanRole(t *testing.T) {
 		{name: "no name", req: instanceapi.RoleRequest{}, refusal: "needs a name"},
 		{name: "reassigned to itself", req: instanceapi.RoleRequest{Name: "app", Ensure: instanceapi.EnsureAbsent, ReassignOwnedTo: "app"}, refusal: "itself"},
 		{name: "reassigned to postgres", req: instanceapi.RoleRequest{Name: "app", Ensure: instanceapi.EnsureAbsent, ReassignOwnedTo: "postgres"}, refusal: "reserved"},
+		{name: "member of a role of Tusk's", req: instanceapi.RoleRequest{Name: "app", InRoles: []string{"tusk_replication"}}, refusal: "reserved to Tusk"},
 		{name: "member of itself", req: instanceapi.RoleRequest{Name: "app", InRoles: []string{"app"}}, refusal: "itself"},
 		{name: "bad valid until", req: instanceapi.RoleRequest{Name: "app", ValidUntil: "tomorrow"}, refusal: "RFC 3339"},
 		{name: "bad parameter", req: instanceapi.RoleRequest{Name: "app", Parameters: map[string]string{"work_mem; DROP": "1"}}, refusal: "parameter"},

@@ -47,12 +47,15 @@ func applyStatus(err error) int {
 	return http.StatusInternalServerError
 }
 
+// maxApplyBody bounds a request's body: one object's desired state.
+const maxApplyBody = 1 << 20
+
 // serveApply decodes a request of type T, applies it and replies with the
 // ApplyResult, or with {"error": ...} and the status applyStatus gives.
 func serveApply[T any](apply func(context.Context, T) (instanceapi.ApplyResult, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var req T
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxApplyBody)).Decode(&req); err != nil {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "the request does not decode: " + err.Error()})
 			return
 		}

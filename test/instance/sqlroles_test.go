@@ -209,6 +209,11 @@ func TestManagedRoleRefusedAndDropped(t *testing.T) {
 			t.Errorf("%+v answered %d %q, want 422", req, code, msg)
 		}
 	}
+	// PostgreSQL refuses the parameter after CREATE ROLE: all or nothing.
+	unknown := instanceapi.RoleRequest{Name: "reporter", Login: true, Parameters: map[string]string{"no_such_setting": "1"}}
+	if code, msg := applyRoleStatus(t, primary, unknown); code != http.StatusUnprocessableEntity || !strings.Contains(msg, "no_such_setting") {
+		t.Errorf("an unknown parameter answered %d %q, want 422", code, msg)
+	}
 	if readRole(t, primary, "reporter") != nil {
 		t.Error("a refused request created the role")
 	}
