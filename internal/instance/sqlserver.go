@@ -1,0 +1,136 @@
+package instance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"tusk.dev/tusk/internal/instanceapi"
+)
+
+// The errors of a declarative SQL apply, each with its HTTP status (see
+// instanceapi's PathSQLRoles): errNotWritable 409, a refusal 422,
+// errPostgresDown 503. Other errors are 500.
+var (
+	// errNotWritable: this instance is not a writable primary.
+	errNotWritable = errors.New("this instance is not a writable primary")
+	// errPostgresDown: postgres does not accept connections yet.
+	errPostgresDown = errors.New("postgres is not accepting connections")
+)
+
+// refusal is a request refused as it stands; nothing was changed.
+type refusal struct{ reason string }
+
+func (r *refusal) Error() string { return r.reason }
+
+// refuse returns a refusal with a formatted reason.
+func refuse(format string, args ...any) error {
+	return &refusal{reason: fmt.Sprintf(format, args...)}
+}
+
+// applyStatus is the HTTP status of an apply's error.
+func applyStatus(err error) int {
+	switch {
+	case errors.Is(err, errNotWritable), errors.Is(err, errNotPrimary):
+		return http.StatusConflict
+	case errors.Is(err, errPostgresDown):
+		return http.StatusServiceUnavailable
+	}
+	if _, ok := errors.AsType[*refusal](err); ok {
+		return http.StatusUnprocessableEntity
+	}
+	return http.StatusInternalServerError
+}
+
+// maxApplyBody bounds a request's body: one object's desired state.
+const maxApplyBody = 1 << 20
+
+// serveApply decodes a request of type T, applies it and replies with the
+// ApplyResult, or with {"error": ...} and the status applyStatus gives.
+func serveApply[T any](apply func(context.Context, T) (instanceapi.ApplyResult, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req T
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxApplyBody)).Decode(&req); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "the request does not decode: " + err.Error()})
+			return
+		}
+		res, err := apply(r.Context(), req)
+		if err != nil {
+			writeJSON(w, applyStatus(err), map[string]string{"error": redactVerifiers(err.Error())})
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	}
+}
+
+// checkWritable returns errNotWritable unless this instance is meant to be
+// a primary that serves writes now: not a replica, not fenced, not
+// stopping; errPostgresDown when postgres is not running yet.
+func (m *Manager) checkWritable() error {
+	s := m.snapshot()
+	switch {
+	case s.role != instanceapi.RolePrimary:
+		return fmt.Errorf("%w: it is a %s", errNotWritable, s.role)
+	case s.fenced || s.fencedByHand:
+		return fmt.Errorf("%w: it is fenced", errNotWritable)
+	case s.terminating:
+		return fmt.Errorf("%w: it is stopping", errNotWritable)
+	case s.phase != instanceapi.PhaseRunning:
+		return fmt.Errorf("%w: the instance is %s", errPostgresDown, s.phase)
+	}
+	return nil
+}
+
+// connectWritable opens a superuser session to database on a writable
+// primary, checked again in the session (pg_is_in_recovery).
+func (m *Manager) connectWritable(ctx context.Context, database string) (*pgx.Conn, error) {
+	if err := m.checkWritable(); err != nil {
+		return nil, err
+	}
+	cfg, err := m.localConfig(superuser, m.currentSecrets().superuserPassword)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Database = database
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		if _, ok := errors.AsType[*pgconn.PgError](err); ok {
+			return nil, fmt.Errorf("while connecting to database %s: %w", database, err)
+		}
+		return nil, fmt.Errorf("%w: %w", errPostgresDown, err)
+	}
+	var standby bool
+	if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&standby); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("while asking whether the instance is a standby: %w", err)
+	}
+	if standby {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("%w: postgres is in recovery", errNotWritable)
+	}
+	return conn, nil
+}
+
+// refusedByPostgres turns PostgreSQL's refusals of a request's content (an
+// unknown parameter, a value it rejects) into a refusal; other errors are
+// returned as they are.
+func refusedByPostgres(err error) error {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	if !ok {
+		return err
+	}
+	switch pgErr.Code {
+	case "42704", "22023", "55P02", "42501", "2BP01", "22P02", "22007", "22008":
+		// undefined_object, invalid_parameter_value,
+		// cant_change_runtime_param, insufficient_privilege,
+		// dependent_objects_still_exist, invalid_text_representation,
+		// invalid_datetime_format, datetime_field_overflow
+		return &refusal{reason: redactVerifiers(err.Error())}
+	}
+	return err
+}
