@@ -150,6 +150,7 @@ func (m *Manager) routes() http.Handler {
 		}
 		reply(w, res, err)
 	})
+	mux.HandleFunc("PUT "+instanceapi.PathSQLDatabases, m.serveApplyDatabase)
 	return mux
 }
 
