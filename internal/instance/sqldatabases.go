@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5"
 
 	"tusk.dev/tusk/internal/instanceapi"
@@ -50,7 +51,7 @@ func (m *Manager) ApplyDatabase(ctx context.Context, req instanceapi.DatabaseReq
 	}
 	var res instanceapi.ApplyResult
 	for _, step := range plan {
-		if err := m.runStep(ctx, conn, step, &res); err != nil {
+		if err := runStep(ctx, m.log, conn, step, &res); err != nil {
 			return res, err
 		}
 	}
@@ -122,8 +123,9 @@ func (m *Manager) connectToDatabase(ctx context.Context, database string) (*pgx.
 	return conn, nil
 }
 
-// observeServer reads the database's row, its sessions, the roles the
-// request names, its template and the image's extensions.
+// observeServer reads the database's row, its sessions (clients and
+// WAL senders: DROP DATABASE ends autovacuum workers itself), the roles
+// the request names, its template and the image's extensions.
 func observeServer(ctx context.Context, conn *pgx.Conn, req instanceapi.DatabaseRequest) (serverObservation, error) {
 	obs := serverObservation{roles: map[string]bool{}, available: map[string][]string{}}
 	var db observedDatabase
@@ -136,7 +138,8 @@ func observeServer(ctx context.Context, conn *pgx.Conn, req instanceapi.Database
 		return obs, classifyDatabaseError(fmt.Errorf("while reading database %s: %w", req.Name, err))
 	}
 	err = conn.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()),
+		(SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()
+			AND backend_type IN ('client backend', 'walsender')),
 		EXISTS (SELECT FROM pg_database WHERE datname = $2)`, req.Name, req.Template).
 		Scan(&obs.sessions, &obs.templateExists)
 	if err != nil {
@@ -252,9 +255,10 @@ func (m *Manager) applyInside(ctx context.Context, database string, steps []sqlS
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	var done instanceapi.ApplyResult
+	log := m.log.WithValues("database", database)
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		for _, step := range steps {
-			if err := m.runStep(ctx, tx.Conn(), step, &done); err != nil {
+			if err := runStep(ctx, log, tx.Conn(), step, &done); err != nil {
 				return err
 			}
 		}
@@ -269,8 +273,8 @@ func (m *Manager) applyInside(ctx context.Context, database string, steps []sqlS
 }
 
 // runStep logs and runs one planned statement and records its change.
-func (m *Manager) runStep(ctx context.Context, conn *pgx.Conn, step sqlStep, res *instanceapi.ApplyResult) error {
-	m.log.Info(step.action, step.kv...)
+func runStep(ctx context.Context, log logr.Logger, conn *pgx.Conn, step sqlStep, res *instanceapi.ApplyResult) error {
+	log.Info(step.action, step.kv...)
 	sql := step.sql
 	if step.defaultSearchPath {
 		// In the statement's transaction only: PostgreSQL's default.

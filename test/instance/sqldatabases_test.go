@@ -83,6 +83,12 @@ func TestManagedDatabase(t *testing.T) {
 	t.Run("schemas", func(t *testing.T) { testDatabaseSchemas(t, primary, shop) })
 	t.Run("refusals", func(t *testing.T) { testDatabaseRefusals(t, primary, shop) })
 	t.Run("drop", func(t *testing.T) { testDatabaseDrop(t, primary, shop) })
+	for _, action := range []string{"Creating database", "Changing the database owner", "Creating schema",
+		"Creating extension", "Updating extension", "Dropping extension", "Dropping schema", "Dropping database"} {
+		if !strings.Contains(primary.logs(), `"msg":"`+action+`"`) {
+			t.Errorf("the manager did not log %q", action)
+		}
+	}
 }
 
 func testDatabaseCreate(t *testing.T, n *node, shop instanceapi.DatabaseRequest) {
