@@ -151,6 +151,7 @@ func (m *Manager) routes() http.Handler {
 		reply(w, res, err)
 	})
 	mux.HandleFunc("PUT "+instanceapi.PathSQLRoles, serveApply(m.ApplyRole))
+	mux.HandleFunc("PUT "+instanceapi.PathSQLDatabases, serveApply(m.ApplyDatabase))
 	return mux
 }
 
