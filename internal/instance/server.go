@@ -150,6 +150,9 @@ func (m *Manager) routes() http.Handler {
 		}
 		reply(w, res, err)
 	})
+	mux.HandleFunc("PUT "+instanceapi.PathSQLPublications, m.serveApplyPublication)
+	mux.HandleFunc("PUT "+instanceapi.PathSQLSubscriptions, m.serveApplySubscription)
+	mux.HandleFunc("GET "+instanceapi.PathSQLSlots, m.serveSlots)
 	return mux
 }
 

@@ -1,0 +1,434 @@
+package instance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"tusk.dev/tusk/internal/instanceapi"
+)
+
+// Declarative logical replication: the operator PUTs the desired state of
+// one publication or subscription, the primary's manager compares it with
+// the catalogs and issues only the statements that close the difference
+// (see instanceapi.PublicationRequest and SubscriptionRequest).
+
+// logicalStep is one statement of a plan: its SQL, and what it changes in
+// words for the reply and the log (never a secret: a subscription's SQL
+// holds its connection string, password included).
+type logicalStep struct {
+	sql    string
+	change string
+}
+
+// qualifiedTable is a table of a publication, schema and name apart.
+type qualifiedTable struct {
+	schema, name string
+}
+
+func (t qualifiedTable) String() string { return t.schema + "." + t.name }
+
+func (t qualifiedTable) sql() string { return pgx.Identifier{t.schema, t.name}.Sanitize() }
+
+// parseTable reads "schema.table" or "table" (in public).
+func parseTable(s string) (qualifiedTable, error) {
+	schema, name, found := strings.Cut(s, ".")
+	if !found {
+		schema, name = "public", s
+	}
+	if schema == "" || name == "" || strings.Contains(name, ".") {
+		return qualifiedTable{}, fmt.Errorf("table %q is neither \"schema.table\" nor \"table\"", s)
+	}
+	return qualifiedTable{schema: schema, name: name}, nil
+}
+
+// parseTables reads a request's tables, sorted and without duplicates.
+func parseTables(in []string) ([]qualifiedTable, error) {
+	tables := make([]qualifiedTable, 0, len(in))
+	for _, s := range in {
+		t, err := parseTable(s)
+		if err != nil {
+			return nil, err
+		}
+		tables = append(tables, t)
+	}
+	slices.SortFunc(tables, func(a, b qualifiedTable) int { return strings.Compare(a.String(), b.String()) })
+	return slices.Compact(tables), nil
+}
+
+// publicationState is a publication as the catalogs have it.
+type publicationState struct {
+	exists    bool
+	allTables bool
+	tables    []qualifiedTable // sorted
+}
+
+// planPublication lists the statements that make current what req asks;
+// tables are req's, parsed (parseTables).
+func planPublication(req instanceapi.PublicationRequest, tables []qualifiedTable, current publicationState) []logicalStep {
+	name := ident(req.Name)
+	drop := logicalStep{sql: "DROP PUBLICATION " + name, change: "dropped publication " + req.Name}
+	if req.Ensure == instanceapi.EnsureAbsent {
+		if current.exists {
+			return []logicalStep{drop}
+		}
+		return nil
+	}
+	create := logicalStep{sql: "CREATE PUBLICATION " + name + " FOR ALL TABLES",
+		change: "created publication " + req.Name + " for all tables"}
+	if !req.AllTables {
+		create = logicalStep{sql: "CREATE PUBLICATION " + name + " FOR" + publicationTablesSQL(tables),
+			change: "created publication " + req.Name + " for " + tableList(tables)}
+	}
+	switch {
+	case !current.exists:
+		return []logicalStep{create}
+	case current.allTables != req.AllTables:
+		return []logicalStep{drop, create}
+	case req.AllTables || slices.Equal(current.tables, tables):
+		return nil
+	}
+	return []logicalStep{{sql: "ALTER PUBLICATION " + name + " SET" + publicationTablesSQL(tables),
+		change: "set the tables of publication " + req.Name + " to " + tableList(tables)}}
+}
+
+// publicationTablesSQL is " TABLE a, b", after FOR (CREATE) or SET
+// (ALTER); validatePublication refuses an empty list.
+func publicationTablesSQL(tables []qualifiedTable) string {
+	names := make([]string, len(tables))
+	for i, t := range tables {
+		names[i] = t.sql()
+	}
+	return " TABLE " + strings.Join(names, ", ")
+}
+
+func tableList(tables []qualifiedTable) string {
+	names := make([]string, len(tables))
+	for i, t := range tables {
+		names[i] = t.String()
+	}
+	return strings.Join(names, ", ")
+}
+
+// ApplyPublication makes the publication req names what it asks, in its
+// database: created, its tables set exactly, or dropped.
+func (m *Manager) ApplyPublication(ctx context.Context, req instanceapi.PublicationRequest) (instanceapi.ApplyResult, error) {
+	if err := validatePublication(req); err != nil {
+		return instanceapi.ApplyResult{}, err
+	}
+	tables, err := parseTables(req.Tables)
+	if err != nil {
+		return instanceapi.ApplyResult{}, &logicalRefusal{msg: err.Error()}
+	}
+	conn, err := m.connectWritable(ctx, req.Database)
+	if err != nil {
+		return instanceapi.ApplyResult{}, err
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	if req.Ensure != instanceapi.EnsureAbsent && !req.AllTables {
+		if err := checkTables(ctx, conn, tables); err != nil {
+			return instanceapi.ApplyResult{}, err
+		}
+	}
+	current, err := queryPublication(ctx, conn, req.Name)
+	if err != nil {
+		return instanceapi.ApplyResult{}, err
+	}
+	steps := planPublication(req, tables, current)
+	res, err := m.runLogicalSteps(ctx, conn, steps, nil)
+	res.Exists = req.Ensure != instanceapi.EnsureAbsent
+	if err != nil {
+		res.Exists = current.exists
+		return res, fmt.Errorf("while applying publication %s: %w", req.Name, err)
+	}
+	return res, nil
+}
+
+func validatePublication(req instanceapi.PublicationRequest) error {
+	switch {
+	case req.Name == "" || req.Database == "":
+		return &logicalRefusal{msg: "a publication needs a name and a database"}
+	case len(req.Name) > maxIdentifierLength:
+		return &logicalRefusal{msg: fmt.Sprintf("publication name %q is longer than %d bytes", req.Name, maxIdentifierLength)}
+	case req.Ensure != "" && req.Ensure != instanceapi.EnsurePresent && req.Ensure != instanceapi.EnsureAbsent:
+		return &logicalRefusal{msg: fmt.Sprintf("ensure %q is neither present nor absent", req.Ensure)}
+	case req.Ensure == instanceapi.EnsureAbsent:
+		return nil
+	case req.AllTables && len(req.Tables) > 0:
+		return &logicalRefusal{msg: fmt.Sprintf("publication %s names tables and all tables: pick one", req.Name)}
+	case !req.AllTables && len(req.Tables) == 0:
+		return &logicalRefusal{msg: fmt.Sprintf("publication %s publishes nothing: name its tables or all tables", req.Name)}
+	}
+	return nil
+}
+
+// checkTables refuses tables that do not exist or are not tables.
+func checkTables(ctx context.Context, conn *pgx.Conn, tables []qualifiedTable) error {
+	var missing []string
+	for _, t := range tables {
+		var kind string
+		err := conn.QueryRow(ctx, `SELECT c.relkind::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = $1 AND c.relname = $2`, t.schema, t.name).Scan(&kind)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			missing = append(missing, t.String())
+		case err != nil:
+			return fmt.Errorf("while looking up table %s: %w", t, err)
+		case kind != "r" && kind != "p":
+			return &logicalRefusal{msg: fmt.Sprintf("%s is not a table: only tables can be published", t)}
+		}
+	}
+	if len(missing) > 0 {
+		return &logicalRefusal{msg: fmt.Sprintf("table %s does not exist in database %s",
+			strings.Join(missing, ", "), conn.Config().Database)}
+	}
+	return nil
+}
+
+func queryPublication(ctx context.Context, conn *pgx.Conn, name string) (publicationState, error) {
+	var st publicationState
+	err := conn.QueryRow(ctx, `SELECT puballtables FROM pg_publication WHERE pubname = $1`, name).Scan(&st.allTables)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return st, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("while reading publication %s: %w", name, err)
+	}
+	st.exists = true
+	if st.allTables {
+		return st, nil
+	}
+	rows, err := conn.Query(ctx, `SELECT schemaname::text, tablename::text FROM pg_publication_tables
+		WHERE pubname = $1 ORDER BY schemaname || '.' || tablename`, name)
+	if err == nil {
+		st.tables, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (qualifiedTable, error) {
+			var t qualifiedTable
+			return t, row.Scan(&t.schema, &t.name)
+		})
+	}
+	if err != nil {
+		return st, fmt.Errorf("while reading the tables of publication %s: %w", name, err)
+	}
+	slices.SortFunc(st.tables, func(a, b qualifiedTable) int { return strings.Compare(a.String(), b.String()) })
+	return st, nil
+}
+
+// runLogicalSteps runs each step alone, outside a transaction block (some
+// create or drop a replication slot, which PostgreSQL refuses inside one),
+// logging its change. explain, when set, rewrites a failed statement's
+// error first (a subscription's: its text may hold the connection
+// string, and an unreachable publisher is a refusal with what to do).
+func (m *Manager) runLogicalSteps(ctx context.Context, conn *pgx.Conn, steps []logicalStep,
+	explain func(error) error) (instanceapi.ApplyResult, error) {
+	res := instanceapi.ApplyResult{}
+	for _, s := range steps {
+		m.log.Info(logMessage(s.change), "database", conn.Config().Database)
+		if _, err := conn.Exec(ctx, s.sql); err != nil {
+			if explain != nil {
+				err = explain(err)
+			}
+			return res, classifyStatementError(err)
+		}
+		res.Statements++
+		res.Changes = append(res.Changes, s.change)
+	}
+	return res, nil
+}
+
+// logMessage turns a change ("created publication p") into an SRE's log
+// message ("Creating publication p").
+func logMessage(change string) string {
+	verb, rest, _ := strings.Cut(change, " ")
+	ing, ok := map[string]string{
+		"created": "Creating", "dropped": "Dropping", "set": "Setting", "changed": "Changing",
+		"enabled": "Enabling", "disabled": "Disabling",
+	}[verb]
+	if !ok {
+		return "Applying: " + change
+	}
+	return ing + " " + rest
+}
+
+// connectWritable opens a superuser session to database over the Unix
+// socket, on a writable primary only: errLogicalNotWritable (409)
+// otherwise, logicalUnavailable (503) while postgres does not accept
+// connections, a refusal (422) when the database does not exist.
+func (m *Manager) connectWritable(ctx context.Context, database string) (*pgx.Conn, error) {
+	if err := m.checkWritablePrimary(); err != nil {
+		return nil, err
+	}
+	conn, err := m.connectDatabase(ctx, database)
+	if err != nil {
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "3D000" {
+			return nil, &logicalRefusal{msg: fmt.Sprintf("database %s does not exist", database)}
+		}
+		return nil, &logicalUnavailable{err: err}
+	}
+	var readOnly bool
+	err = conn.QueryRow(ctx, "SELECT pg_is_in_recovery() OR current_setting('default_transaction_read_only')::bool").Scan(&readOnly)
+	if err == nil && readOnly {
+		err = errLogicalNotWritable
+	}
+	if err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return conn, nil
+}
+
+// checkWritablePrimary refuses on anything but a primary that runs and
+// is neither fenced nor going away.
+func (m *Manager) checkWritablePrimary() error {
+	st := m.snapshot()
+	if st.role != instanceapi.RolePrimary || st.fenced || st.fencedByHand || st.terminating || st.pendingRejoin != nil {
+		return errLogicalNotWritable
+	}
+	if !m.running() {
+		return &logicalUnavailable{err: errors.New("postgres is not running")}
+	}
+	return nil
+}
+
+// connectDatabase is connect (the superuser over the Unix socket) to
+// another database than postgres.
+func (m *Manager) connectDatabase(ctx context.Context, database string) (*pgx.Conn, error) {
+	s := m.currentSecrets()
+	open := func(password string) (*pgx.Conn, error) {
+		cfg, err := m.localConfig(superuser, password)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Database = database
+		return pgx.ConnectConfig(ctx, cfg)
+	}
+	conn, err := open(s.superuserPassword)
+	if err == nil || s.previousSuperuserPassword == "" || !isAuthFailure(err) {
+		return conn, err
+	}
+	return open(s.previousSuperuserPassword)
+}
+
+// errLogicalNotWritable answers 409: only a writable primary applies.
+var errLogicalNotWritable = errors.New("this instance is not a writable primary")
+
+// logicalRefusal answers 422: the request is refused as it stands.
+type logicalRefusal struct{ msg string }
+
+func (e *logicalRefusal) Error() string { return e.msg }
+
+// logicalUnavailable answers 503: postgres does not accept connections.
+type logicalUnavailable struct{ err error }
+
+func (e *logicalUnavailable) Error() string {
+	return "postgres is not accepting connections: " + e.err.Error()
+}
+
+func (e *logicalUnavailable) Unwrap() error { return e.err }
+
+// maxIdentifierLength is PostgreSQL's NAMEDATALEN-1: it truncates longer
+// names, which would then never match the request's.
+const maxIdentifierLength = 63
+
+// classifyStatementError turns the error of a failed statement into a
+// refusal (422) when PostgreSQL refused it as it stands, into
+// logicalUnavailable (503) when the server is going away, and leaves
+// anything else (out of resources, an internal error) as it is.
+func classifyStatementError(err error) error {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	if !ok {
+		return err
+	}
+	switch pgErr.Code[:2] {
+	case "08", "57":
+		return &logicalUnavailable{err: err}
+	case "53", "58", "XX":
+		return err
+	}
+	return &logicalRefusal{msg: err.Error()}
+}
+
+// logicalStatusCode maps an apply's error to its HTTP status.
+func logicalStatusCode(err error) int {
+	switch {
+	case errors.Is(err, errLogicalNotWritable):
+		return http.StatusConflict
+	case errors.As(err, new(*logicalRefusal)):
+		return http.StatusUnprocessableEntity
+	case errors.As(err, new(*logicalUnavailable)):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// Slots reports the primary's logical replication slots: its
+// subscribers', and how much WAL each holds back.
+func (m *Manager) Slots(ctx context.Context) (instanceapi.SlotsStatus, error) {
+	conn, err := m.connectWritable(ctx, "postgres")
+	if err != nil {
+		return instanceapi.SlotsStatus{}, err
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	st := instanceapi.SlotsStatus{Slots: []instanceapi.Slot{}}
+	rows, err := conn.Query(ctx, `SELECT slot_name::text, coalesce(database::text, ''), active,
+		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint, coalesce(wal_status, '')
+		FROM pg_replication_slots WHERE slot_type = 'logical' ORDER BY slot_name`)
+	if err == nil {
+		st.Slots, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (instanceapi.Slot, error) {
+			var s instanceapi.Slot
+			return s, row.Scan(&s.Name, &s.Database, &s.Active, &s.RetainedBytes, &s.WALStatus)
+		})
+	}
+	if err != nil {
+		return st, fmt.Errorf("while reading the replication slots: %w", err)
+	}
+	// -1 (unlimited) is -1 bytes too.
+	err = conn.QueryRow(ctx, `SELECT pg_size_bytes(current_setting('max_slot_wal_keep_size'))`).Scan(&st.MaxSlotWALKeepBytes)
+	if err != nil {
+		return st, fmt.Errorf("while reading max_slot_wal_keep_size: %w", err)
+	}
+	return st, nil
+}
+
+// serveApplyPublication is PUT PathSQLPublications.
+func (m *Manager) serveApplyPublication(w http.ResponseWriter, r *http.Request) {
+	serveLogicalApply(w, r, m.ApplyPublication)
+}
+
+// serveApplySubscription is PUT PathSQLSubscriptions.
+func (m *Manager) serveApplySubscription(w http.ResponseWriter, r *http.Request) {
+	serveLogicalApply(w, r, m.ApplySubscription)
+}
+
+// serveSlots is GET PathSQLSlots.
+func (m *Manager) serveSlots(w http.ResponseWriter, r *http.Request) {
+	st, err := m.Slots(r.Context())
+	if err != nil {
+		m.log.Error(err, "Reading the replication slots")
+		writeJSON(w, logicalStatusCode(err), map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// serveLogicalApply decodes a request, applies it and replies with the
+// ApplyResult, or the error with its status code (see instanceapi).
+func serveLogicalApply[T any](w http.ResponseWriter, r *http.Request, apply func(context.Context, T) (instanceapi.ApplyResult, error)) {
+	var req T
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid request: " + err.Error()})
+		return
+	}
+	res, err := apply(r.Context(), req)
+	if err != nil {
+		writeJSON(w, logicalStatusCode(err), map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
