@@ -271,9 +271,9 @@ func (m *Manager) connectWritable(ctx context.Context, database string) (*pgx.Co
 		}
 		return nil, &logicalUnavailable{err: err}
 	}
-	var readOnly bool
-	err = conn.QueryRow(ctx, "SELECT pg_is_in_recovery() OR current_setting('default_transaction_read_only')::bool").Scan(&readOnly)
-	if err == nil && readOnly {
+	var standby bool
+	err = conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&standby)
+	if err == nil && standby {
 		err = errLogicalNotWritable
 	}
 	if err != nil {
