@@ -68,6 +68,9 @@ type publicationState struct {
 	exists    bool
 	allTables bool
 	tables    []qualifiedTable // sorted
+	// schemas: the publication has schemas (FOR TABLES IN SCHEMA), which
+	// requests never ask for.
+	schemas bool
 }
 
 // planPublication lists the statements that make current what req asks;
@@ -92,7 +95,7 @@ func planPublication(req instanceapi.PublicationRequest, tables []qualifiedTable
 		return []logicalStep{create}
 	case current.allTables != req.AllTables:
 		return []logicalStep{drop, create}
-	case req.AllTables || slices.Equal(current.tables, tables):
+	case req.AllTables || (slices.Equal(current.tables, tables) && !current.schemas):
 		return nil
 	}
 	return []logicalStep{{sql: "ALTER PUBLICATION " + name + " SET" + publicationTablesSQL(tables),
@@ -142,7 +145,16 @@ func (m *Manager) ApplyPublication(ctx context.Context, req instanceapi.Publicat
 		return instanceapi.ApplyResult{}, err
 	}
 	steps := planPublication(req, tables, current)
-	res, err := m.runLogicalSteps(ctx, conn, steps, nil)
+	// In one transaction: subscribers never see the publication missing
+	// between a drop and its creation.
+	var res instanceapi.ApplyResult
+	if len(steps) > 0 {
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			var stepErr error
+			res, stepErr = m.runLogicalSteps(ctx, tx, req.Database, steps, nil)
+			return stepErr
+		})
+	}
 	res.Exists = req.Ensure != instanceapi.EnsureAbsent
 	if err != nil {
 		res.Exists = current.exists
@@ -205,8 +217,12 @@ func queryPublication(ctx context.Context, conn *pgx.Conn, name string) (publica
 	if st.allTables {
 		return st, nil
 	}
-	rows, err := conn.Query(ctx, `SELECT schemaname::text, tablename::text FROM pg_publication_tables
-		WHERE pubname = $1 ORDER BY schemaname || '.' || tablename`, name)
+	// pg_publication_rel holds the tables as added: pg_publication_tables
+	// shows a partitioned table's partitions instead (unless
+	// publish_via_partition_root), and would never match the request.
+	rows, err := conn.Query(ctx, `SELECT n.nspname::text, c.relname::text FROM pg_publication_rel r
+		JOIN pg_class c ON c.oid = r.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		JOIN pg_publication p ON p.oid = r.prpubid WHERE p.pubname = $1`, name)
 	if err == nil {
 		st.tables, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (qualifiedTable, error) {
 			var t qualifiedTable
@@ -217,19 +233,33 @@ func queryPublication(ctx context.Context, conn *pgx.Conn, name string) (publica
 		return st, fmt.Errorf("while reading the tables of publication %s: %w", name, err)
 	}
 	slices.SortFunc(st.tables, func(a, b qualifiedTable) int { return strings.Compare(a.String(), b.String()) })
+	// A schema added by hand (FOR TABLES IN SCHEMA, 15 and later) is a
+	// difference too: SET TABLE removes it.
+	err = conn.QueryRow(ctx, `SELECT to_regclass('pg_catalog.pg_publication_namespace') IS NOT NULL
+		AND EXISTS (SELECT FROM pg_catalog.pg_publication_namespace s JOIN pg_publication p ON p.oid = s.pnpubid
+		WHERE p.pubname = $1)`, name).Scan(&st.schemas)
+	if err != nil {
+		return st, fmt.Errorf("while reading the schemas of publication %s: %w", name, err)
+	}
 	return st, nil
 }
 
-// runLogicalSteps runs each step alone, outside a transaction block (some
-// create or drop a replication slot, which PostgreSQL refuses inside one),
-// logging its change. explain, when set, rewrites a failed statement's
+// execer runs a statement: a session or a transaction.
+type execer interface {
+	Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error)
+}
+
+// runLogicalSteps runs steps in conn (a session's steps each alone,
+// outside a transaction block: creating or dropping a subscription's
+// replication slot cannot run inside one), logging each change in
+// database. explain, when set, rewrites a failed statement's
 // error first (a subscription's: its text may hold the connection
 // string, and an unreachable publisher is a refusal with what to do).
-func (m *Manager) runLogicalSteps(ctx context.Context, conn *pgx.Conn, steps []logicalStep,
+func (m *Manager) runLogicalSteps(ctx context.Context, conn execer, database string, steps []logicalStep,
 	explain func(error) error) (instanceapi.ApplyResult, error) {
 	res := instanceapi.ApplyResult{}
 	for _, s := range steps {
-		m.log.Info(logMessage(s.change), "database", conn.Config().Database)
+		m.log.Info(logMessage(s.change), "database", database)
 		if _, err := conn.Exec(ctx, s.sql); err != nil {
 			if explain != nil {
 				err = explain(err)

@@ -69,6 +69,8 @@ func TestPlanPublication(t *testing.T) {
 		{"all tables to a list", list("t"), publicationState{exists: true, allTables: true},
 			[]string{`DROP PUBLICATION "pub"`, `CREATE PUBLICATION "pub" FOR TABLE "public"."t"`}},
 		{"a list to all tables", all, existing("t"), []string{`DROP PUBLICATION "pub"`, `CREATE PUBLICATION "pub" FOR ALL TABLES`}},
+		{"same list, a schema added by hand", list("t"), publicationState{exists: true, tables: mustTables(t, "t"), schemas: true},
+			[]string{`ALTER PUBLICATION "pub" SET TABLE "public"."t"`}},
 		{"absent, exists", absent, existing("t"), []string{`DROP PUBLICATION "pub"`}},
 		{"absent, gone", absent, publicationState{}, nil},
 	}

@@ -123,7 +123,7 @@ func (m *Manager) ApplySubscription(ctx context.Context, req instanceapi.Subscri
 	}
 	connInfo := strings.ReplaceAll(req.ConnInfo, caPlaceholder, caPath)
 	steps := planSubscription(req, connInfo, publications, current)
-	done, err := m.runLogicalSteps(ctx, conn, steps, func(err error) error {
+	done, err := m.runLogicalSteps(ctx, conn, req.Database, steps, func(err error) error {
 		return explainSubscriptionError(err, req, current, connInfo)
 	})
 	res.Statements += done.Statements

@@ -57,6 +57,8 @@ func TestManagedLogicalReplication(t *testing.T) {
 		t.Errorf("A did not log creating the publication")
 	}
 
+	checkPartitionedAndAllTables(t, a)
+
 	sub := instanceapi.SubscriptionRequest{Name: "sub", Database: "app", Publications: []string{"pub"}, CAPEM: fakeCA,
 		ConnInfo: fmt.Sprintf("host=127.0.0.1 port=%d dbname=app user=publisher password=%s sslmode=disable sslrootcert=$CA",
 			a.port, publisherPassword)}
@@ -97,6 +99,28 @@ func TestManagedLogicalReplication(t *testing.T) {
 		}
 	}
 	checkReplicaRefuses(t, a)
+}
+
+// checkPartitionedAndAllTables: a partitioned table's publication matches
+// the request (the catalog lists its partitions in pg_publication_tables),
+// and a switch to all tables drops and creates it in one go.
+func checkPartitionedAndAllTables(t *testing.T, a *node) {
+	t.Helper()
+	a.exec("CREATE TABLE p (id int) PARTITION BY RANGE (id); CREATE TABLE p1 PARTITION OF p FOR VALUES FROM (0) TO (100)")
+	pub := instanceapi.PublicationRequest{Name: "pubp", Database: "app", Tables: []string{"p"}}
+	applyTwice(t, a, instanceapi.PathSQLPublications, pub, "created publication pubp for public.p")
+	pub.Tables, pub.AllTables = nil, true
+	var res instanceapi.ApplyResult
+	a.command(http.MethodPut, instanceapi.PathSQLPublications, pub, &res)
+	if want := []string{"dropped publication pubp", "created publication pubp for all tables"}; !slices.Equal(res.Changes, want) || res.Statements != 2 {
+		t.Errorf("from a list to all tables: %+v, want %q", res, want)
+	}
+	a.command(http.MethodPut, instanceapi.PathSQLPublications, pub, &res)
+	if res.Statements != 0 {
+		t.Errorf("all tables again: %+v, want no change", res)
+	}
+	pub.Ensure = instanceapi.EnsureAbsent
+	applyTwice(t, a, instanceapi.PathSQLPublications, pub, "dropped publication pubp")
 }
 
 // applyTwice applies req, which must change one thing (want), then again,
