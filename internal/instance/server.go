@@ -152,6 +152,9 @@ func (m *Manager) routes() http.Handler {
 	})
 	mux.HandleFunc("PUT "+instanceapi.PathSQLRoles, serveApply(m.ApplyRole))
 	mux.HandleFunc("PUT "+instanceapi.PathSQLDatabases, serveApply(m.ApplyDatabase))
+	mux.HandleFunc("PUT "+instanceapi.PathSQLPublications, serveApply(m.ApplyPublication))
+	mux.HandleFunc("PUT "+instanceapi.PathSQLSubscriptions, serveApply(m.ApplySubscription))
+	mux.HandleFunc("GET "+instanceapi.PathSQLSlots, m.serveSlots)
 	return mux
 }
 

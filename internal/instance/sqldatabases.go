@@ -22,7 +22,7 @@ func (m *Manager) ApplyDatabase(ctx context.Context, req instanceapi.DatabaseReq
 	if err := validateDatabaseRequest(req); err != nil {
 		return instanceapi.ApplyResult{}, err
 	}
-	if err := m.checkWritablePrimary(); err != nil {
+	if err := m.checkWritable(); err != nil {
 		return instanceapi.ApplyResult{}, err
 	}
 	conn, err := m.connectToDatabase(ctx, "postgres")
@@ -67,25 +67,6 @@ func (m *Manager) ApplyDatabase(ctx context.Context, req instanceapi.DatabaseReq
 	return res, m.applyInside(ctx, req.Name, inside, &res)
 }
 
-// checkWritablePrimary refuses (409) an instance that is not a writable
-// primary, and (503) one whose postgres is not up.
-func (m *Manager) checkWritablePrimary() error {
-	st := m.snapshot()
-	switch {
-	case st.role != instanceapi.RolePrimary:
-		return fmt.Errorf("%w: this instance is a %s", errNotWritable, st.role)
-	case st.fenced || st.fencedByHand || st.phase == instanceapi.PhaseFenced:
-		return fmt.Errorf("%w: this primary is fenced", errNotWritable)
-	case st.terminating:
-		return fmt.Errorf("%w: this primary is stopping", errNotWritable)
-	case st.pendingRejoin != nil || st.phase == instanceapi.PhaseRejoining:
-		return fmt.Errorf("%w: this instance is rejoining as a replica", errNotWritable)
-	case st.phase != instanceapi.PhaseRunning:
-		return fmt.Errorf("%w (phase %s)", errPostgresDown, st.phase)
-	}
-	return nil
-}
-
 // checkNotInRecovery refuses (409) a server still in recovery: a replica,
 // or a primary being promoted.
 func checkNotInRecovery(ctx context.Context, conn *pgx.Conn) error {
@@ -104,19 +85,7 @@ func checkNotInRecovery(ctx context.Context, conn *pgx.Conn) error {
 // superuser password is tried too, as there. A failure means postgres is
 // not up (503).
 func (m *Manager) connectToDatabase(ctx context.Context, database string) (*pgx.Conn, error) {
-	s := m.currentSecrets()
-	open := func(password string) (*pgx.Conn, error) {
-		cfg, err := m.localConfig(superuser, password)
-		if err != nil {
-			return nil, err
-		}
-		cfg.Database = database
-		return pgx.ConnectConfig(ctx, cfg)
-	}
-	conn, err := open(s.superuserPassword)
-	if err != nil && s.previousSuperuserPassword != "" && isAuthFailure(err) {
-		conn, err = open(s.previousSuperuserPassword)
-	}
+	conn, err := m.connectDatabase(ctx, database)
 	if err != nil {
 		return nil, fmt.Errorf("%w: while connecting to database %s: %w", errPostgresDown, database, err)
 	}

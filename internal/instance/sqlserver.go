@@ -68,20 +68,21 @@ func serveApply[T any](apply func(context.Context, T) (instanceapi.ApplyResult, 
 	}
 }
 
-// checkWritable returns errNotWritable unless this instance is meant to be
-// a primary that serves writes now: not a replica, not fenced, not
-// stopping; errPostgresDown when postgres is not running yet.
+// checkWritable refuses (409) an instance that is not a writable
+// primary, and (503) one whose postgres is not up.
 func (m *Manager) checkWritable() error {
-	s := m.snapshot()
+	st := m.snapshot()
 	switch {
-	case s.role != instanceapi.RolePrimary:
-		return fmt.Errorf("%w: it is a %s", errNotWritable, s.role)
-	case s.fenced || s.fencedByHand:
-		return fmt.Errorf("%w: it is fenced", errNotWritable)
-	case s.terminating:
-		return fmt.Errorf("%w: it is stopping", errNotWritable)
-	case s.phase != instanceapi.PhaseRunning:
-		return fmt.Errorf("%w: the instance is %s", errPostgresDown, s.phase)
+	case st.role != instanceapi.RolePrimary:
+		return fmt.Errorf("%w: this instance is a %s", errNotWritable, st.role)
+	case st.fenced || st.fencedByHand || st.phase == instanceapi.PhaseFenced:
+		return fmt.Errorf("%w: this primary is fenced", errNotWritable)
+	case st.terminating:
+		return fmt.Errorf("%w: this primary is stopping", errNotWritable)
+	case st.pendingRejoin != nil || st.phase == instanceapi.PhaseRejoining:
+		return fmt.Errorf("%w: this instance is rejoining as a replica", errNotWritable)
+	case st.phase != instanceapi.PhaseRunning:
+		return fmt.Errorf("%w (phase %s)", errPostgresDown, st.phase)
 	}
 	return nil
 }
@@ -92,13 +93,11 @@ func (m *Manager) connectWritable(ctx context.Context, database string) (*pgx.Co
 	if err := m.checkWritable(); err != nil {
 		return nil, err
 	}
-	cfg, err := m.localConfig(superuser, m.currentSecrets().superuserPassword)
+	conn, err := m.connectDatabase(ctx, database)
 	if err != nil {
-		return nil, err
-	}
-	cfg.Database = database
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "3D000" {
+			return nil, refuse("database %s does not exist", database)
+		}
 		if _, ok := errors.AsType[*pgconn.PgError](err); ok {
 			return nil, fmt.Errorf("while connecting to database %s: %w", database, err)
 		}

@@ -43,30 +43,30 @@ func TestDeclarativeDatabases(t *testing.T) {
 
 	applyYAML(t, ns, blocks[0])
 	for _, o := range []string{"pgrole/shop-app-user", "pgrole/shop-replicator", "pgdb/shop-orders"} {
-		waitCondition(t, ns, o, tuskv1alpha1.ConditionApplied)
+		waitApplied(t, ns, o)
 	}
 	startSQLClient(t, ns, "shop")
 	app := roleLogin{user: "app_user", password: "change-me-app", database: "orders"}
-	if got := app.psql(t, ns, "shop-rw", "SELECT current_user, current_setting('statement_timeout')"); got != "app_user|30s" {
+	if got := app.psql(t, ns, "SELECT current_user, current_setting('statement_timeout')"); got != "app_user|30s" {
 		t.Errorf("app_user's session: %q, want app_user|30s (its role setting)", got)
 	}
-	if got := app.psql(t, ns, "shop-rw", "SELECT e.extname || ' ' || n.nspowner::regrole FROM pg_extension e, pg_namespace n "+
+	if got := app.psql(t, ns, "SELECT e.extname || ' ' || n.nspowner::regrole FROM pg_extension e, pg_namespace n "+
 		"WHERE e.extname = 'pgcrypto' AND n.nspname = 'sales'"); got != "pgcrypto app_user" {
 		t.Errorf("extension and schema: %q, want pgcrypto and the schema sales owned by app_user", got)
 	}
 	// The application makes its tables; the publication, refused until
 	// the table exists, is applied on its next try.
-	app.psql(t, ns, "shop-rw", "CREATE TABLE sales.orders (id bigint PRIMARY KEY, note text NOT NULL)")
-	waitCondition(t, ns, "pgpub/shop-orders", tuskv1alpha1.ConditionApplied)
+	app.psql(t, ns, "CREATE TABLE sales.orders (id bigint PRIMARY KEY, note text NOT NULL)")
+	waitApplied(t, ns, "pgpub/shop-orders")
 	rotateRolePassword(t, ns, &app)
 
 	applyYAML(t, ns, blocks[1])
-	waitCondition(t, ns, "pgdb/reports-orders", tuskv1alpha1.ConditionApplied)
+	waitApplied(t, ns, "pgdb/reports-orders")
 	instanceSQLIn(t, ns, "reports", currentPrimary(t, ns, "reports"), "orders",
 		"CREATE TABLE sales.orders (id bigint PRIMARY KEY, note text NOT NULL)")
-	app.psql(t, ns, "shop-rw", "INSERT INTO sales.orders SELECT g, 'before' FROM generate_series(1, 100) g")
+	app.psql(t, ns, "INSERT INTO sales.orders SELECT g, 'before' FROM generate_series(1, 100) g")
 	applyYAML(t, ns, blocks[2])
-	waitCondition(t, ns, "pgsub/reports-orders", tuskv1alpha1.ConditionApplied)
+	waitApplied(t, ns, "pgsub/reports-orders")
 	waitReplicated(t, ns, app)
 
 	// A switchover of the subscriber while the publisher takes rows.
@@ -123,10 +123,10 @@ func applyYAML(t *testing.T, ns, manifests string) {
 	}
 }
 
-// waitCondition waits until the object's condition is True.
-func waitCondition(t *testing.T, ns, object, condition string) {
+// waitApplied waits until the object's Applied condition is True.
+func waitApplied(t *testing.T, ns, object string) {
 	t.Helper()
-	waitConditionStatus(t, ns, object, condition, metav1.ConditionTrue)
+	waitConditionStatus(t, ns, object, tuskv1alpha1.ConditionApplied, metav1.ConditionTrue)
 }
 
 func waitConditionStatus(t *testing.T, ns, object, condition string, status metav1.ConditionStatus) {
@@ -156,20 +156,21 @@ func waitConditionMessage(t *testing.T, ns, object, condition, message string, s
 	})
 }
 
-// roleLogin is a managed role's login to one database.
+// roleLogin is a managed role's login to one database of the publisher
+// shop, through its read-write Service.
 type roleLogin struct{ user, password, database string }
 
-func (l roleLogin) conninfo(ns, service string) string {
-	return fmt.Sprintf("%s user=%s password='%s' dbname=%s", serviceConninfo(ns, service), l.user, l.password, l.database)
+func (l roleLogin) conninfo(ns string) string {
+	return fmt.Sprintf("%s user=%s password='%s' dbname=%s", serviceConninfo(ns, "shop-rw"), l.user, l.password, l.database)
 }
 
-func (l roleLogin) tryPSQL(ctx context.Context, ns, service, sql string) (string, error) {
-	return tryPSQLConninfo(ctx, ns, l.conninfo(ns, service), sql)
+func (l roleLogin) tryPSQL(ctx context.Context, ns, sql string) (string, error) {
+	return tryPSQLConninfo(ctx, ns, l.conninfo(ns), sql)
 }
 
-func (l roleLogin) psql(t *testing.T, ns, service, sql string) string {
+func (l roleLogin) psql(t *testing.T, ns, sql string) string {
 	t.Helper()
-	out, err := l.tryPSQL(context.Background(), ns, service, sql)
+	out, err := l.tryPSQL(context.Background(), ns, sql)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,10 +188,10 @@ func rotateRolePassword(t *testing.T, ns string, l *roleLogin) {
 		t.Fatalf("patching the password Secret: %v\n%s", err, out)
 	}
 	eventuallyEvery(t, sqlApplyTimeout, time.Second, "the new password to log in", func(ctx context.Context) (bool, error) {
-		_, err := l.tryPSQL(ctx, ns, "shop-rw", "SELECT 1")
+		_, err := l.tryPSQL(ctx, ns, "SELECT 1")
 		return err == nil, err
 	})
-	if _, err := old.tryPSQL(context.Background(), ns, "shop-rw", "SELECT 1"); err == nil {
+	if _, err := old.tryPSQL(context.Background(), ns, "SELECT 1"); err == nil {
 		t.Error("the old password still logs in after the rotation")
 	}
 }
@@ -222,7 +223,7 @@ const ordersDigest = "SELECT count(*) || '/' || coalesce(sum(id), 0) FROM sales.
 // waitReplicated waits until the subscriber's rows are the publisher's.
 func waitReplicated(t *testing.T, ns string, app roleLogin) {
 	t.Helper()
-	want := app.psql(t, ns, "shop-rw", ordersDigest)
+	want := app.psql(t, ns, ordersDigest)
 	eventuallyEvery(t, sqlApplyTimeout, time.Second, "the subscriber to have the publisher's rows "+want, func(ctx context.Context) (bool, error) {
 		got := instanceSQLIn(t, ns, "reports", currentPrimary(t, ns, "reports"), "orders", ordersDigest)
 		if got != want {
@@ -246,7 +247,7 @@ func insertOrdersUntilStopped(t *testing.T, ns string, app roleLogin) func() int
 		defer wg.Done()
 		for next := 1000; ctx.Err() == nil; next += 10 {
 			sql := fmt.Sprintf("INSERT INTO sales.orders SELECT g, 'during' FROM generate_series(%d, %d) g", next, next+9)
-			if _, err := app.tryPSQL(context.Background(), ns, "shop-rw", sql); err != nil {
+			if _, err := app.tryPSQL(context.Background(), ns, sql); err != nil {
 				failure = err
 				return
 			}

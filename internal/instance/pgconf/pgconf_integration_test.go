@@ -145,7 +145,7 @@ func checkTuskWon(t *testing.T, s *pgServer, local string, port int, ignored []I
 	t.Helper()
 	for name, want := range map[string]string{
 		"port": strconv.Itoa(port), "ssl": "on", "hot_standby": "on", "logging_collector": "off",
-		"log_destination": "stderr", "max_wal_senders": "7", "wal_level": "replica",
+		"log_destination": "stderr", "max_wal_senders": "7", "wal_level": "logical",
 	} {
 		if got := s.mustPSQL(local, "SHOW "+name); got != want {
 			t.Errorf("SHOW %s = %q, want %q", name, got, want)

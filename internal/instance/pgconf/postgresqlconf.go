@@ -111,7 +111,19 @@ type IgnoredParameter struct {
 
 // Defaults Tusk sets unless the user sets them: what streaming replication,
 // pg_rewind and SCRAM authentication need, and room for a few replicas and
-// backup streams. Users may raise them or pick wal_level = logical.
+// backup streams. Users may raise them.
+//
+// wal_level = logical: publications (PostgresPublication) work without a
+// restart; it costs a little more WAL than replica (the old key of updated
+// rows with a replica identity, and the xids of subtransactions).
+//
+// max_wal_senders and max_replication_slots = 32: a cluster has up to 15
+// replicas, each with a WAL sender, pg_basebackup takes two more with a
+// temporary slot, and every subscriber of a publication holds a WAL sender
+// and a logical slot, one more of each per table being copied while it
+// syncs (max_sync_workers_per_subscription, 2). Each costs a few hundred
+// bytes of shared memory. A replica needs at least its primary's
+// max_wal_senders, which the same default gives it.
 //
 // wal_keep_size keeps a little WAL for replicas without replication slots:
 // without it a checkpoint (another replica's pg_basebackup asks for one) can
@@ -129,12 +141,12 @@ type IgnoredParameter struct {
 // 5 s was most of the write gap of a synchronous cluster, whose commits
 // wait for a standby to stream again.
 var tuskDefaults = map[string]string{ //nolint:gosec // G101: password_encryption is a setting name, not a credential
-	"wal_level":                   "replica",
+	"wal_level":                   "logical",
 	"recovery_init_sync_method":   "syncfs",
 	"wal_retrieve_retry_interval": "1s",
 	"wal_keep_size":               "128MB",
-	"max_wal_senders":             "10",
-	"max_replication_slots":       "10",
+	"max_wal_senders":             "32",
+	"max_replication_slots":       "32",
 	"wal_log_hints":               "on",
 	"password_encryption":         "scram-sha-256",
 }

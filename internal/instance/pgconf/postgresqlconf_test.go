@@ -163,11 +163,11 @@ func TestDefaultsAndWALLevel(t *testing.T) {
 		wantLevel   string
 		wantIgnored bool
 	}{
-		{nil, "'replica'", false},
+		{nil, "'logical'", false},
 		{map[string]string{"wal_level": "logical"}, "'logical'", false},
 		{map[string]string{"wal_level": "replica"}, "'replica'", false},
-		{map[string]string{"wal_level": "minimal"}, "'replica'", true},
-		{map[string]string{"wal_level": "LOGICAL"}, "'replica'", true},
+		{map[string]string{"wal_level": "minimal"}, "'logical'", true},
+		{map[string]string{"wal_level": "LOGICAL"}, "'logical'", true},
 	}
 	for _, tt := range tests {
 		in := base(16)

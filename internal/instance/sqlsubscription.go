@@ -1,0 +1,296 @@
+package instance
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"tusk.dev/tusk/internal/instanceapi"
+)
+
+// caPlaceholder in a subscription's ConnInfo stands for the path of the
+// file the manager writes its CAPEM to.
+const caPlaceholder = "$CA"
+
+// subscriptionName is what a subscription may be called: its slot on the
+// publisher takes its name, and slot names are a-z, 0-9 and _.
+var subscriptionName = regexp.MustCompile(`^[a-z0-9_]+$`)
+
+// subscriptionState is a subscription as the catalogs have it.
+type subscriptionState struct {
+	exists       bool
+	enabled      bool
+	connInfo     string
+	publications []string // sorted
+	slot         string   // empty: none (SET (slot_name = NONE))
+}
+
+// planSubscription lists the statements that make current what req asks.
+// connInfo is req's with its CA file's path in place of "$CA";
+// publications are req's, sorted and without duplicates.
+func planSubscription(req instanceapi.SubscriptionRequest, connInfo string, publications []string, current subscriptionState) []logicalStep {
+	name := ident(req.Name)
+	if req.Ensure == instanceapi.EnsureAbsent {
+		if current.exists {
+			return []logicalStep{{sql: "DROP SUBSCRIPTION " + name, change: "dropped subscription " + req.Name}}
+		}
+		return nil
+	}
+	enabled := req.Enabled == nil || *req.Enabled
+	if !current.exists {
+		step := logicalStep{
+			sql:    "CREATE SUBSCRIPTION " + name + " CONNECTION " + literal(connInfo) + " PUBLICATION " + identList(publications),
+			change: "created subscription " + req.Name + " to publication " + strings.Join(publications, ", "),
+		}
+		if !enabled {
+			step.sql += " WITH (enabled = false)"
+			step.change += ", disabled"
+		}
+		return []logicalStep{step}
+	}
+	var steps []logicalStep
+	if current.connInfo != connInfo {
+		steps = append(steps, logicalStep{sql: "ALTER SUBSCRIPTION " + name + " CONNECTION " + literal(connInfo),
+			change: "changed the connection of subscription " + req.Name})
+	}
+	if enabled && !current.enabled {
+		steps = append(steps, logicalStep{sql: "ALTER SUBSCRIPTION " + name + " ENABLE", change: "enabled subscription " + req.Name})
+	}
+	if !slices.Equal(current.publications, publications) {
+		step := logicalStep{sql: "ALTER SUBSCRIPTION " + name + " SET PUBLICATION " + identList(publications),
+			change: "set the publications of subscription " + req.Name + " to " + strings.Join(publications, ", ")}
+		if !enabled && !current.enabled {
+			// PostgreSQL refreshes the tables of an enabled subscription
+			// only; a disabled one learns them at REFRESH PUBLICATION.
+			step.sql += " WITH (refresh = false)"
+		}
+		steps = append(steps, step)
+	}
+	if !enabled && current.enabled {
+		steps = append(steps, logicalStep{sql: "ALTER SUBSCRIPTION " + name + " DISABLE", change: "disabled subscription " + req.Name})
+	}
+	return steps
+}
+
+func identList(names []string) string {
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = ident(n)
+	}
+	return strings.Join(quoted, ", ")
+}
+
+// ApplySubscription makes the subscription req names what it asks, in its
+// database. PostgreSQL creates its slot on the publisher, named after it,
+// and drops it with the subscription: a drop that cannot reach the
+// publisher is refused rather than leave the slot behind unseen.
+func (m *Manager) ApplySubscription(ctx context.Context, req instanceapi.SubscriptionRequest) (instanceapi.ApplyResult, error) {
+	publications, err := validateSubscription(req)
+	if err != nil {
+		return instanceapi.ApplyResult{}, err
+	}
+	conn, err := m.connectWritable(ctx, req.Database)
+	if err != nil {
+		return instanceapi.ApplyResult{}, err
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	// The statements hold the connection string, password included: keep
+	// them out of the server's log, also when one fails.
+	if err := quietRoleStatements(ctx, conn); err != nil {
+		return instanceapi.ApplyResult{}, err
+	}
+	current, err := querySubscription(ctx, conn, req.Name)
+	if err != nil {
+		return instanceapi.ApplyResult{}, err
+	}
+	caPath := m.subscriptionCAPath(req.Database, req.Name)
+	res := instanceapi.ApplyResult{}
+	if req.Ensure != instanceapi.EnsureAbsent && req.CAPEM != "" {
+		if res, err = m.writeSubscriptionCA(caPath, req); err != nil {
+			return res, err
+		}
+	}
+	connInfo := strings.ReplaceAll(req.ConnInfo, caPlaceholder, caPath)
+	steps := planSubscription(req, connInfo, publications, current)
+	done, err := m.runLogicalSteps(ctx, conn, req.Database, steps, func(err error) error {
+		return explainSubscriptionError(err, req, current, connInfo)
+	})
+	res.Statements += done.Statements
+	res.Changes = append(res.Changes, done.Changes...)
+	res.Exists = req.Ensure != instanceapi.EnsureAbsent
+	if err != nil {
+		res.Exists = current.exists // creating and dropping are one statement each
+		return res, fmt.Errorf("while applying subscription %s: %w", req.Name, err)
+	}
+	if req.Ensure == instanceapi.EnsureAbsent {
+		if err := os.Remove(caPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return res, fmt.Errorf("while removing the CA certificate of subscription %s: %w", req.Name, err)
+		}
+	}
+	return res, nil
+}
+
+// validateSubscription refuses what cannot be applied as it stands, and
+// returns the publications sorted and without duplicates.
+func validateSubscription(req instanceapi.SubscriptionRequest) ([]string, error) {
+	refuse := func(format string, args ...any) ([]string, error) {
+		return nil, &refusal{reason: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case req.Database == "":
+		return refuse("subscription %s needs a database", req.Name)
+	case len(req.Name) > maxIdentifierLength || !subscriptionName.MatchString(req.Name):
+		return refuse("subscription name %q is not a replication slot name (a-z, 0-9, _; at most %d), which its slot on the publisher takes",
+			req.Name, maxIdentifierLength)
+	case req.Ensure != "" && req.Ensure != instanceapi.EnsurePresent && req.Ensure != instanceapi.EnsureAbsent:
+		return refuse("ensure %q is neither present nor absent", req.Ensure)
+	case req.Ensure == instanceapi.EnsureAbsent:
+		return nil, nil
+	case len(req.Publications) == 0 || slices.Contains(req.Publications, ""):
+		return refuse("subscription %s names no publication", req.Name)
+	case req.ConnInfo == "":
+		return refuse("subscription %s has no connection string", req.Name)
+	case strings.Contains(req.ConnInfo, caPlaceholder) != (req.CAPEM != ""):
+		return refuse("subscription %s: the connection string names the CA file as %s exactly when a CA certificate is given", req.Name, caPlaceholder)
+	}
+	if req.CAPEM != "" {
+		if block, _ := pem.Decode([]byte(req.CAPEM)); block == nil || block.Type != "CERTIFICATE" {
+			return refuse("the CA certificate of subscription %s is not a PEM certificate", req.Name)
+		}
+	}
+	publications := slices.Clone(req.Publications)
+	slices.Sort(publications)
+	return slices.Compact(publications), nil
+}
+
+func querySubscription(ctx context.Context, conn *pgx.Conn, name string) (subscriptionState, error) {
+	st := subscriptionState{exists: true}
+	err := conn.QueryRow(ctx, `SELECT subenabled, subconninfo, subpublications::text[], coalesce(subslotname::text, '')
+		FROM pg_subscription WHERE subname = $1 AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+		name).Scan(&st.enabled, &st.connInfo, &st.publications, &st.slot)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return subscriptionState{}, nil
+	}
+	if err != nil {
+		return subscriptionState{}, fmt.Errorf("while reading subscription %s: %w", name, err)
+	}
+	slices.Sort(st.publications)
+	return st, nil
+}
+
+// subscriptionCAPath is where the CA certificate of a subscription goes,
+// in the run directory: it is no part of the data, and a backup or a
+// replica has no use for it. The database is in the name because
+// subscriptions of the same name may exist in two databases.
+func (m *Manager) subscriptionCAPath(database, name string) string {
+	db := database
+	if !plainFileName.MatchString(db) {
+		db = fmt.Sprintf("%x", database) // no quote, slash or space in the path, which goes into a connection string
+	}
+	return filepath.Join(m.opts.RunDir, "subscriptions", db+"."+name+".ca.crt")
+}
+
+// plainFileName needs no quoting in a file name nor a connection string.
+var plainFileName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// writeSubscriptionCA writes req.CAPEM to path (0600, atomically) when
+// it differs from what the file holds.
+func (m *Manager) writeSubscriptionCA(path string, req instanceapi.SubscriptionRequest) (instanceapi.ApplyResult, error) {
+	old, err := os.ReadFile(path) //nolint:gosec // in the run directory, named by a validated subscription name
+	if err == nil && bytes.Equal(old, []byte(req.CAPEM)) {
+		return instanceapi.ApplyResult{}, nil
+	}
+	change := "wrote the CA certificate of subscription " + req.Name
+	m.log.Info("Writing the CA certificate of subscription "+req.Name, "path", path)
+	if err := writeFileAtomically(path, []byte(req.CAPEM)); err != nil {
+		return instanceapi.ApplyResult{}, fmt.Errorf("while writing the CA certificate of subscription %s: %w", req.Name, err)
+	}
+	return instanceapi.ApplyResult{Changes: []string{change}}, nil
+}
+
+// writeFileAtomically writes data to path with mode 0600 through a
+// temporary file renamed into place, creating the directory (0700).
+func writeFileAtomically(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }() // after the rename, nothing
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if err = errors.Join(err, tmp.Close()); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// explainSubscriptionError scrubs the connection string from a failed
+// statement's error, and turns a publisher that cannot be reached into a
+// refusal that says what to do.
+func explainSubscriptionError(err error, req instanceapi.SubscriptionRequest, current subscriptionState, connInfo string) error {
+	msg := redactConnInfo(err.Error(), connInfo, req.ConnInfo)
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	if !ok {
+		return errors.New(msg)
+	}
+	if !strings.HasPrefix(pgErr.Code, "08") {
+		return &refusal{reason: msg}
+	}
+	if req.Ensure != instanceapi.EnsureAbsent {
+		return &refusal{reason: "the publisher cannot be reached: " + msg}
+	}
+	slot := cmp.Or(current.slot, req.Name)
+	return &refusal{reason: fmt.Sprintf("subscription %[1]s was not dropped: the publisher cannot be reached to drop "+
+		"its replication slot %[2]s there (%[3]s). Make the publisher reachable and apply again; or, if it is gone for good, "+
+		"detach the subscription from its slot by hand in database %[4]s (ALTER SUBSCRIPTION %[1]s DISABLE; "+
+		"ALTER SUBSCRIPTION %[1]s SET (slot_name = NONE)) and apply again, then drop the slot on the publisher should it "+
+		"come back (SELECT pg_drop_replication_slot('%[2]s')): a slot left behind keeps its WAL forever",
+		req.Name, slot, msg, req.Database)}
+}
+
+// connInfoPassword finds password values in a connection string: the
+// keyword/value form's password=..., quoted or not, and a URI's
+// user:password@ or password= parameter.
+var connInfoPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)|(://[^:@/\s]*:)([^@\s]*)(@)`)
+
+// redactConnInfo removes connection strings and their passwords from s:
+// each of connInfos whole, then their passwords wherever they appear,
+// then anything else that looks like a password setting.
+func redactConnInfo(s string, connInfos ...string) string {
+	unquote := strings.NewReplacer(`\'`, `'`, `\\`, `\`)
+	for _, c := range connInfos {
+		if c == "" {
+			continue
+		}
+		s = strings.ReplaceAll(s, literal(c), "<connection>")
+		s = strings.ReplaceAll(s, c, "<connection>")
+		for _, m := range connInfoPassword.FindAllStringSubmatch(c, -1) {
+			quoted := strings.HasPrefix(m[2], "'")
+			for _, secret := range []string{m[2], m[4]} {
+				if quoted && secret == m[2] {
+					secret = unquote.Replace(secret[1 : len(secret)-1])
+				}
+				if secret != "" {
+					s = strings.ReplaceAll(s, secret, "<redacted>")
+				}
+			}
+		}
+	}
+	return connInfoPassword.ReplaceAllString(s, "$1$3<redacted>$5")
+}
