@@ -106,6 +106,11 @@ func (r *SQLReconciler) reconcileObject(ctx context.Context, o client.Object) (*
 		return nil, fmt.Errorf("while reading the PostgresCluster %s: %w", r.kind.cluster(o), err)
 	}
 	if !o.GetDeletionTimestamp().IsZero() {
+		if !c.DeletionTimestamp.IsZero() {
+			// The cluster goes too (a namespace deleted, say): its primary
+			// will not come back to drop anything.
+			return nil, r.removeFinalizer(ctx, o)
+		}
 		return r.delete(ctx, o, c)
 	}
 	if err := r.syncFinalizer(ctx, o); err != nil {
