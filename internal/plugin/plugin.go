@@ -43,7 +43,7 @@ func NewCommand(use string, streams genericiooptions.IOStreams) *cobra.Command {
 	cmd.SetErr(streams.ErrOut)
 	o.configFlags.AddFlags(cmd.PersistentFlags())
 	cmd.AddCommand(newStatusCommand(o), newPromoteCommand(o), newFenceCommand(o), newUnfenceCommand(o),
-		newBackupCommand(o), newBackupsCommand(o), newReportCommand(o))
+		newBackupCommand(o), newBackupsCommand(o), newReportCommand(o), newPsqlCommand(o))
 	return cmd
 }
 
