@@ -8,8 +8,10 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -122,12 +124,31 @@ func (po *psqlOptions) run(ctx context.Context, name string, psqlArgs []string) 
 	if err != nil {
 		return err
 	}
+	if err := checkCanExec(ctx, cs, pod); err != nil {
+		return err
+	}
 	password, err := readPassword(ctx, cl, ns, l)
 	if err != nil {
 		return err
 	}
 	command := psqlCommand(l, psqlHost(c, po.replica), psqlArgs)
 	return po.session(ctx, cfg, cs, pod, command, password)
+}
+
+// checkCanExec asks the API server whether the user may exec in the pod,
+// before the password is read: exec's own refusal is a mere string.
+// When the question itself fails, exec says what it says.
+func checkCanExec(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) error {
+	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: pod.Namespace, Verb: "create", Resource: "pods", Subresource: "exec", Name: pod.Name,
+		},
+	}}
+	got, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+	if err != nil || got.Status.Allowed {
+		return nil
+	}
+	return fmt.Errorf("cannot run psql in pod %s: you may not exec in it (psql needs create on pods/exec in namespace %s)", pod.Name, pod.Namespace)
 }
 
 // login is who psql logs in as, where, and the Secret with the password.

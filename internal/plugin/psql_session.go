@@ -149,9 +149,6 @@ func sessionError(err error, pod *corev1.Pod, ready bool) error {
 		}
 		return fmt.Errorf("the shell in pod %s failed before psql started: %w", pod.Name, err)
 	}
-	if apierrors.IsForbidden(err) {
-		return fmt.Errorf("cannot run psql in pod %s: %w (psql needs create on pods/exec in namespace %s)", pod.Name, err, pod.Namespace)
-	}
 	return fmt.Errorf("while running psql in pod %s: %w", pod.Name, err)
 }
 
