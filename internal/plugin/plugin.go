@@ -1,6 +1,8 @@
 // Package plugin is kubectl-tusk, the kubectl plugin: it reads and acts on
 // PostgresClusters through the Kubernetes API only, as any user would, with
-// the user's own kubeconfig and RBAC. It never talks to the instances.
+// the user's own kubeconfig and RBAC. It never connects to the instances
+// itself: what it runs in their pods (report's /status, psql) goes through
+// the API server's pods/exec, as kubectl exec does.
 package plugin
 
 import (
