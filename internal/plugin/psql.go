@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/remotecommand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
@@ -132,7 +133,10 @@ func (po *psqlOptions) run(ctx context.Context, name string, psqlArgs []string) 
 		return err
 	}
 	command := psqlCommand(l, psqlHost(c, po.replica), psqlArgs)
-	return po.session(ctx, cfg, cs, pod, command, password)
+	stream := func(ctx context.Context, opts remotecommand.StreamOptions) error {
+		return streamInPod(ctx, cfg, cs, pod, opts, command...)
+	}
+	return sessionError(po.session(ctx, stream, password), pod)
 }
 
 // checkCanExec asks the API server whether the user may exec in the pod,

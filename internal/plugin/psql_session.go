@@ -12,8 +12,6 @@ import (
 	"github.com/moby/term"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -103,10 +101,11 @@ func psqlCommand(l login, host string, args []string) []string {
 	return append(cmd, args...)
 }
 
-// session runs command in the pod with the user's streams attached: a
-// terminal when the user's standard input is one (raw, its size followed),
-// the password first on standard input once the script is ready for it.
-func (po *psqlOptions) session(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, pod *corev1.Pod, command []string, password []byte) error {
+// session runs psql through stream (psqlCommand in the pod) with the
+// user's streams attached: a terminal when the user's standard input is
+// one (raw, its size followed), the password first on standard input once
+// the script is ready for it. An error after that is psql's exit code.
+func (po *psqlOptions) session(ctx context.Context, stream func(context.Context, remotecommand.StreamOptions) error, password []byte) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	gate := newReadyGate(po.streams.Out)
@@ -129,22 +128,24 @@ func (po *psqlOptions) session(ctx context.Context, cfg *rest.Config, cs kuberne
 	} else {
 		opts.Stderr = po.streams.ErrOut
 	}
-	err := streamInPod(ctx, cfg, cs, pod, opts, command...)
+	err := stream(ctx, opts)
 	gate.flush()
-	return sessionError(err, pod, gate.isReady())
+	if err != nil && gate.isReady() {
+		if ex, ok := errors.AsType[utilexec.ExitError](err); ok {
+			return &ExitCodeError{Code: ex.ExitStatus()}
+		}
+	}
+	return err
 }
 
-// sessionError says what ended the session: psql's exit code, or why psql
-// could not run.
-func sessionError(err error, pod *corev1.Pod, ready bool) error {
-	if err == nil {
-		return nil
+// sessionError says what ended the session in the pod: psql's exit code,
+// or why psql could not run.
+func sessionError(err error, pod *corev1.Pod) error {
+	if _, ok := errors.AsType[*ExitCodeError](err); ok || err == nil {
+		return err
 	}
 	if ex, ok := errors.AsType[utilexec.ExitError](err); ok {
-		switch {
-		case ready:
-			return &ExitCodeError{Code: ex.ExitStatus()}
-		case ex.ExitStatus() == exitNoRawTerminal:
+		if ex.ExitStatus() == exitNoRawTerminal {
 			return fmt.Errorf("the terminal in pod %s could not be kept from echoing (stty): the password was not sent", pod.Name)
 		}
 		return fmt.Errorf("the shell in pod %s failed before psql started: %w", pod.Name, err)

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"os"
@@ -13,6 +14,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
@@ -308,19 +311,55 @@ func TestPasswordFirstWaitsForTheGate(t *testing.T) {
 func TestSessionError(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "orders-1", Namespace: "shop"}}
 	exit := func(code int) error { return utilexec.CodeExitError{Err: errors.New("command terminated"), Code: code} }
-	if err := sessionError(nil, pod, true); err != nil {
+	if err := sessionError(nil, pod); err != nil {
 		t.Errorf("no error: %v", err)
 	}
-	if ex, ok := errors.AsType[*ExitCodeError](sessionError(exit(2), pod, true)); !ok || ex.Code != 2 {
-		t.Errorf("psql's exit code 2: %v", sessionError(exit(2), pod, true))
+	if ex, ok := errors.AsType[*ExitCodeError](sessionError(&ExitCodeError{Code: 2}, pod)); !ok || ex.Code != 2 {
+		t.Errorf("psql's exit code 2: %v", sessionError(&ExitCodeError{Code: 2}, pod))
 	}
 	for err, want := range map[error]string{
 		exit(exitNoRawTerminal): "could not be kept from echoing (stty): the password was not sent",
 		exit(127):               "the shell in pod orders-1 failed before psql started",
 		errors.New("EOF"):       "while running psql in pod orders-1: EOF",
 	} {
-		if got := sessionError(err, pod, false); got == nil || !strings.Contains(got.Error(), want) {
+		if got := sessionError(err, pod); got == nil || !strings.Contains(got.Error(), want) {
 			t.Errorf("sessionError(%v) = %v, want %q", err, got, want)
 		}
+	}
+}
+
+// localStream runs command here as the pod would, with the session's
+// streams, and returns its exit code as exec through the API server does.
+func localStream(t *testing.T, command []string) func(context.Context, remotecommand.StreamOptions) error {
+	dir := t.TempDir()
+	fake := "#!/bin/sh\nprintf 'psql %s as %s\\n' \"$*\" \"$PGUSER\"\n[ \"$PGPASSWORD\" = s3cret ] || exit 9\ncat\nexit 2\n"
+	if err := os.WriteFile(filepath.Join(dir, "psql"), []byte(fake), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return func(ctx context.Context, opts remotecommand.StreamOptions) error {
+		cmd := exec.CommandContext(ctx, command[0], command[1:]...) // #nosec G204 -- the command under test
+		cmd.Env = []string{"PATH=" + dir + string(os.PathListSeparator) + os.Getenv("PATH")}
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = opts.Stdin, opts.Stdout, opts.Stderr
+		err := cmd.Run()
+		if ex, ok := errors.AsType[*exec.ExitError](err); ok {
+			return utilexec.CodeExitError{Err: err, Code: ex.ExitCode()}
+		}
+		return err
+	}
+}
+
+// A whole session without a terminal, the script run here: the user sees
+// psql's output only, psql reads the user's input after the password, and
+// its exit code is the command's.
+func TestSessionHandsThePasswordThenTheUsersInput(t *testing.T) {
+	var out, errOut bytes.Buffer
+	po := &psqlOptions{options: &options{streams: genericiooptions.IOStreams{In: strings.NewReader("select 1;\n"), Out: &out, ErrOut: &errOut}}}
+	command := psqlCommand(login{role: "app", database: "app"}, "orders-rw.shop.svc", []string{"-X"})
+	err := po.session(context.Background(), localStream(t, command), []byte("s3cret\n"))
+	if ex, ok := errors.AsType[*ExitCodeError](err); !ok || ex.Code != 2 {
+		t.Errorf("the session: %v, want psql's exit code 2", err)
+	}
+	if want := "psql -X as app\nselect 1;\n"; out.String() != want || errOut.Len() != 0 {
+		t.Errorf("the session printed %q and %q, want %q", out.String(), errOut.String(), want)
 	}
 }
