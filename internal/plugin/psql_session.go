@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/moby/term"
@@ -110,7 +112,7 @@ func (po *psqlOptions) session(ctx context.Context, stream func(context.Context,
 	defer cancel()
 	gate := newReadyGate(po.streams.Out)
 	opts := remotecommand.StreamOptions{
-		Stdin:  &passwordFirst{password: password, ready: gate.ready, done: ctx.Done(), in: po.streams.In},
+		Stdin:  &passwordFirst{password: password, ready: gate.ready, failed: gate.failed, done: ctx.Done(), in: po.streams.In},
 		Stdout: gate,
 	}
 	inFd, tty := term.GetFdInfo(po.streams.In)
@@ -155,14 +157,15 @@ func sessionError(err error, pod *corev1.Pod) error {
 
 // readyGate writes the remote output through, once the script has printed
 // readyLine, which it swallows; ready is closed then. Output that is not
-// readyLine (an error of the shell) is written through, and the password
-// never sent.
+// readyLine (an error of the shell) is written through, failed is closed,
+// and the password never sent.
 type readyGate struct {
-	out   io.Writer
-	mu    sync.Mutex
-	buf   []byte
-	state gateState
-	ready chan struct{}
+	out    io.Writer
+	mu     sync.Mutex
+	buf    []byte
+	state  gateState
+	ready  chan struct{}
+	failed chan struct{}
 }
 
 type gateState int
@@ -173,8 +176,12 @@ const (
 	gateFailed
 )
 
+// readyLines are readyLine as the script prints it, and as a terminal
+// that still translated its newline would pass it on.
+var readyLines = [][]byte{[]byte(readyLine), []byte(strings.TrimSuffix(readyLine, "\n") + "\r\n")}
+
 func newReadyGate(out io.Writer) *readyGate {
-	return &readyGate{out: out, ready: make(chan struct{})}
+	return &readyGate{out: out, ready: make(chan struct{}), failed: make(chan struct{})}
 }
 
 func (g *readyGate) Write(p []byte) (int, error) {
@@ -184,16 +191,20 @@ func (g *readyGate) Write(p []byte) (int, error) {
 		return g.out.Write(p)
 	}
 	g.buf = append(g.buf, p...)
-	switch {
-	case bytes.HasPrefix(g.buf, []byte(readyLine)):
-		rest := g.buf[len(readyLine):]
-		g.buf, g.state = nil, gateReady
-		close(g.ready)
-		if _, err := g.out.Write(rest); err != nil {
-			return 0, err
+	for _, line := range readyLines {
+		if bytes.HasPrefix(g.buf, line) {
+			rest := g.buf[len(line):]
+			g.buf, g.state = nil, gateReady
+			close(g.ready)
+			if _, err := g.out.Write(rest); err != nil {
+				return 0, err
+			}
+			return len(p), nil
 		}
-	case !bytes.HasPrefix([]byte(readyLine), g.buf):
+	}
+	if !slices.ContainsFunc(readyLines, func(line []byte) bool { return bytes.HasPrefix(line, g.buf) }) {
 		g.state = gateFailed
+		close(g.failed)
 		if _, err := g.out.Write(g.buf); err != nil {
 			return 0, err
 		}
@@ -219,11 +230,13 @@ func (g *readyGate) isReady() bool {
 }
 
 // passwordFirst is the remote standard input: the password line once ready
-// is closed (nothing if done is closed first), then the user's input.
+// is closed, then the user's input; nothing if failed or done is closed
+// first (the script's read then ends, and so does the session).
 type passwordFirst struct {
 	password []byte
 	sent     int
 	ready    <-chan struct{}
+	failed   <-chan struct{}
 	done     <-chan struct{}
 	in       io.Reader
 }
@@ -232,6 +245,8 @@ func (r *passwordFirst) Read(p []byte) (int, error) {
 	if r.sent < len(r.password) {
 		select {
 		case <-r.ready:
+		case <-r.failed:
+			return 0, io.EOF
 		case <-r.done:
 			return 0, io.EOF
 		}

@@ -282,6 +282,17 @@ func TestReadyGateSwallowsTheReadyLineOnly(t *testing.T) {
 	if g.isReady() || out.String() != "exec failed\n" {
 		t.Errorf("a failed shell: ready %t, wrote %q", g.isReady(), out.String())
 	}
+	select {
+	case <-g.failed:
+	default:
+		t.Error("the gate of a failed shell has not failed")
+	}
+	out.Reset()
+	g = newReadyGate(&out)
+	_, _ = g.Write([]byte("tusk-psql: ready for the password\r\npsql"))
+	if !g.isReady() || out.String() != "psql" {
+		t.Errorf("a ready line ending in CRLF: ready %t, wrote %q", g.isReady(), out.String())
+	}
 }
 
 func TestPasswordFirstWaitsForTheGate(t *testing.T) {
@@ -301,6 +312,12 @@ func TestPasswordFirstWaitsForTheGate(t *testing.T) {
 		t.Errorf("the password stays in memory after it was sent: %q", password)
 	}
 
+	failed := make(chan struct{})
+	close(failed)
+	r = &passwordFirst{password: []byte("s3cret\n"), ready: make(chan struct{}), failed: failed, in: strings.NewReader("more")}
+	if b, err := io.ReadAll(r); err != nil || len(b) != 0 {
+		t.Errorf("a session whose shell failed read %q, %v", b, err)
+	}
 	close(done)
 	r = &passwordFirst{password: []byte("s3cret\n"), ready: make(chan struct{}), done: done, in: strings.NewReader("more")}
 	if b, err := io.ReadAll(r); err != nil || len(b) != 0 {
@@ -361,5 +378,26 @@ func TestSessionHandsThePasswordThenTheUsersInput(t *testing.T) {
 	}
 	if want := "psql -X as app\nselect 1;\n"; out.String() != want || errOut.Len() != 0 {
 		t.Errorf("the session printed %q and %q, want %q", out.String(), errOut.String(), want)
+	}
+}
+
+// A shell that fails before it is ready gets no password and no input:
+// its read ends, the session too, and the user sees why.
+func TestSessionSendsNothingToAShellThatFailed(t *testing.T) {
+	var out bytes.Buffer
+	po := &psqlOptions{options: &options{streams: genericiooptions.IOStreams{In: strings.NewReader("select 1;\n"), Out: &out, ErrOut: io.Discard}}}
+	stream := func(_ context.Context, opts remotecommand.StreamOptions) error {
+		_, _ = io.WriteString(opts.Stdout, "sh: 1: stty: not found\n")
+		if in, _ := io.ReadAll(opts.Stdin); len(in) != 0 {
+			t.Errorf("the failed shell read %q", in)
+		}
+		return utilexec.CodeExitError{Err: errors.New("command terminated with exit code 1"), Code: 1}
+	}
+	err := po.session(context.Background(), stream, []byte("s3cret\n"))
+	if _, ok := errors.AsType[*ExitCodeError](err); ok || err == nil {
+		t.Errorf("the session: %v, want the shell's error", err)
+	}
+	if out.String() != "sh: 1: stty: not found\n" {
+		t.Errorf("the session printed %q", out.String())
 	}
 }
