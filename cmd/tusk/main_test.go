@@ -3,9 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
+
+	"tusk.dev/tusk/internal/plugin"
 )
 
 func TestVersionCommandJSON(t *testing.T) {
@@ -111,5 +115,14 @@ func TestWALRestoreUsageErrorsStopRecovery(t *testing.T) {
 		if got := exitCode(cmd.Execute()); got != want {
 			t.Errorf("tusk instance %s: exit %d, want %d", args, got, want)
 		}
+	}
+}
+
+func TestExitCodeIsPsqlsUnderThePlugin(t *testing.T) {
+	if got := exitCode(fmt.Errorf("while running: %w", &plugin.ExitCodeError{Code: 3})); got != 3 {
+		t.Errorf("exitCode of psql's exit code 3 = %d", got)
+	}
+	if got := exitCode(errors.New("cluster not found")); got != 1 {
+		t.Errorf("exitCode of another error = %d, want 1", got)
 	}
 }

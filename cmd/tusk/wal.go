@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"tusk.dev/tusk/internal/plugin"
 	"tusk.dev/tusk/internal/walarchive"
 )
 
@@ -172,7 +173,8 @@ not errors; history files are never prefetched.`, exitNotArchived, exitAbortReco
 }
 
 // exitCode prints err when it is an exitError that is not quiet (cobra
-// printed the others), and returns the process's exit code for it.
+// printed the others), and returns the process's exit code for it: a
+// plugin command's (kubectl tusk psql passes psql's on) or 1 for others.
 func exitCode(err error) int {
 	if err == nil {
 		return 0
@@ -182,6 +184,9 @@ func exitCode(err error) int {
 			_, _ = fmt.Fprintln(os.Stderr, "Error:", ex.err)
 		}
 		return ex.code
+	}
+	if ex, ok := errors.AsType[*plugin.ExitCodeError](err); ok {
+		return ex.Code
 	}
 	return 1
 }

@@ -1,6 +1,8 @@
 // Package plugin is kubectl-tusk, the kubectl plugin: it reads and acts on
 // PostgresClusters through the Kubernetes API only, as any user would, with
-// the user's own kubeconfig and RBAC. It never talks to the instances.
+// the user's own kubeconfig and RBAC. It never connects to the instances
+// itself: what it runs in their pods (report's /status, psql) goes through
+// the API server's pods/exec, as kubectl exec does.
 package plugin
 
 import (
@@ -43,7 +45,7 @@ func NewCommand(use string, streams genericiooptions.IOStreams) *cobra.Command {
 	cmd.SetErr(streams.ErrOut)
 	o.configFlags.AddFlags(cmd.PersistentFlags())
 	cmd.AddCommand(newStatusCommand(o), newPromoteCommand(o), newFenceCommand(o), newUnfenceCommand(o),
-		newBackupCommand(o), newBackupsCommand(o), newReportCommand(o))
+		newBackupCommand(o), newBackupsCommand(o), newReportCommand(o), newPsqlCommand(o))
 	return cmd
 }
 

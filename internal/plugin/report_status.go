@@ -8,16 +8,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 
 	"tusk.dev/tusk/internal/instanceapi"
 )
-
-// instanceContainer is the container of an instance pod that runs the
-// instance manager.
-const instanceContainer = "postgres"
 
 // addInstanceStatuses writes each running instance's own /status: the
 // manager's report, which its TCP port serves to the operator alone, is
@@ -52,14 +47,8 @@ func containerRunning(p *corev1.Pod, name string) bool {
 // does, and returns what it printed; what it printed on stderr is the
 // error when it fails.
 func execInPod(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, p *corev1.Pod, command ...string) ([]byte, error) {
-	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(p.Namespace).Name(p.Name).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: instanceContainer, Command: command, Stdout: true, Stderr: true}, scheme.ParameterCodec)
-	exec, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
-	if err != nil {
-		return nil, err
-	}
 	var stdout, stderr bytes.Buffer
-	if err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}); err != nil {
+	if err := streamInPod(ctx, cfg, cs, p, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}, command...); err != nil {
 		if msg := strings.TrimSpace(stderr.String()); msg != "" {
 			return nil, fmt.Errorf("%w: %s", err, msg)
 		}
