@@ -24,7 +24,7 @@ const (
 	superuserMount = "/etc/tusk/secrets/superuser"
 	appMount       = "/etc/tusk/secrets/app"
 	serverTLSMount = "/etc/tusk/tls/server"
-	replTLSMount   = "/etc/tusk/tls/replication"
+	replTLSMount   = instanceapi.ReplicationTLSDir
 	configFileName = "config.json"
 )
 
@@ -116,7 +116,7 @@ func bootstrapContainer(managerImage string) corev1.Container {
 
 func postgresContainer(c *tuskv1alpha1.PostgresCluster) corev1.Container {
 	return corev1.Container{
-		Name:            "postgres",
+		Name:            instanceapi.PostgresContainer,
 		Image:           c.Spec.Image,
 		ImagePullPolicy: c.Spec.ImagePullPolicy,
 		Command:         append([]string{instanceapi.ManagerBinary, "instance", "run"}, instanceArgs(c)...),

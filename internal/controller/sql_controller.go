@@ -42,6 +42,7 @@ const (
 	sqlWaitPrimary  = 5 * time.Second
 	sqlRetryRefused = 30 * time.Second
 	sqlCallTimeout  = 60 * time.Second
+	sqlObserveEvery = time.Minute
 )
 
 // SQLReconciler applies one kind of declarative SQL object (kind) through
@@ -122,14 +123,16 @@ func (r *SQLReconciler) reconcileObject(ctx context.Context, o client.Object) (*
 	}
 	body, err := r.kind.request(ctx, r, o, c)
 	if err != nil {
-		if invalid, ok := errors.AsType[*sqlSourceError](err); ok {
-			return &sqlApply{reason: tuskv1alpha1.ReasonSourceInvalid, message: invalid.Error(), retry: sqlRetryRefused}, nil
+		if invalid, ok := errors.AsType[*sqlSpecError](err); ok {
+			return &sqlApply{reason: invalid.reason, message: invalid.msg, retry: sqlRetryRefused}, nil
 		}
 		return nil, err
 	}
 	outcome := r.apply(ctx, c, body)
 	if r.kind.observe != nil && outcome.reason == tuskv1alpha1.ReasonApplied {
 		r.kind.observe(ctx, r, o, c)
+		// A slot fills pg_wal in minutes under a bulk load: look often.
+		outcome.retry = min(outcome.retry, sqlObserveEvery)
 	}
 	return &outcome, nil
 }

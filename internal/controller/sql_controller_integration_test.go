@@ -95,6 +95,11 @@ func TestSQLObjectSecretsAndNames(t *testing.T) {
 	twin := newRole(ns, "app-twin", "pg")
 	create(t, twin)
 	sqlObjectWhen(t, twin, roleStatus, tuskv1alpha1.ReasonNameConflict, "PostgresRole app already manages \"app_user\"")
+	// A superuser that logs in needs the cluster's spec.superuserAccess.
+	dba := newRole(ns, "dba", "pg")
+	dba.Spec.Name, dba.Spec.Superuser = "dba", true
+	create(t, dba)
+	sqlObjectWhen(t, dba, roleStatus, tuskv1alpha1.ReasonApplyRefused, "spec.superuserAccess is false")
 	// The same name in another cluster is another role.
 	other := newRole(ns, "app-other", "pg-other")
 	create(t, other)

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -39,14 +40,20 @@ type sqlKind struct {
 	observe func(context.Context, *SQLReconciler, client.Object, *tuskv1alpha1.PostgresCluster)
 }
 
-// sqlSourceError is a Secret or cluster the spec names that cannot be
-// used: the object waits for it, with a condition saying which.
-type sqlSourceError struct{ msg string }
+// sqlSpecError is what the operator refuses before asking the primary:
+// a Secret or cluster the spec names that cannot be used
+// (ReasonSourceInvalid), or a spec the cluster does not allow
+// (ReasonApplyRefused). The object waits, with a condition saying why.
+type sqlSpecError struct{ reason, msg string }
 
-func (e *sqlSourceError) Error() string { return e.msg }
+func (e *sqlSpecError) Error() string { return e.msg }
 
 func sourceErrorf(format string, args ...any) error {
-	return &sqlSourceError{msg: fmt.Sprintf(format, args...)}
+	return &sqlSpecError{reason: tuskv1alpha1.ReasonSourceInvalid, msg: fmt.Sprintf(format, args...)}
+}
+
+func refusedErrorf(format string, args ...any) error {
+	return &sqlSpecError{reason: tuskv1alpha1.ReasonApplyRefused, msg: fmt.Sprintf(format, args...)}
 }
 
 func noSourceCluster(client.Object) string { return "" }
@@ -74,7 +81,10 @@ func roleKind() sqlKind {
 		},
 		// Deleting a PostgresRole leaves the role: ensure: absent drops it.
 		dropsOnDelete: func(client.Object) bool { return false },
-		request: func(ctx context.Context, r *SQLReconciler, o client.Object, _ *tuskv1alpha1.PostgresCluster) (any, error) {
+		request: func(ctx context.Context, r *SQLReconciler, o client.Object, c *tuskv1alpha1.PostgresCluster) (any, error) {
+			if err := superuserAllowed(role(o).Spec, c); err != nil {
+				return nil, err
+			}
 			var password *string
 			if s := role(o).Spec.PasswordSecret; s != nil && role(o).Spec.Ensure != tuskv1alpha1.EnsureAbsent {
 				p, err := r.secretKey(ctx, o.GetNamespace(), s.Name, "password")
@@ -86,6 +96,34 @@ func roleKind() sqlKind {
 			return roleRequest(role(o).Spec, password), nil
 		},
 	}
+}
+
+// superuserAllowed refuses a superuser role that could log in over the
+// network on a cluster whose spec.superuserAccess keeps superusers to the
+// pod's socket: a database superuser reads any file the server can (its
+// key, the pod's token, the object store's keys).
+// The predefined roles that reach the server's files or programs as a
+// superuser does.
+var serverFileRoles = []string{"pg_read_server_files", "pg_write_server_files", "pg_execute_server_program"}
+
+func superuserAllowed(spec tuskv1alpha1.PostgresRoleSpec, c *tuskv1alpha1.PostgresCluster) error {
+	if !spec.Login || spec.Ensure == tuskv1alpha1.EnsureAbsent || c.Spec.SuperuserAccess {
+		return nil
+	}
+	why := ""
+	if spec.Superuser {
+		why = "a superuser"
+	}
+	for _, r := range spec.InRoles {
+		if slices.Contains(serverFileRoles, r) {
+			why = "a member of " + r
+		}
+	}
+	if why == "" {
+		return nil
+	}
+	return refusedErrorf("role %s would be %s that logs in over the network, and the PostgresCluster %s keeps the server's files "+
+		"off the network (spec.superuserAccess is false): set it to true, or drop login", spec.Name, why, c.Name)
 }
 
 // roleRequest is the instance manager's request for a role's spec.

@@ -91,3 +91,31 @@ func TestSlotLagging(t *testing.T) {
 		}
 	}
 }
+
+// TestSuperuserAllowed: a role that could read the server's files over the
+// network needs the cluster's spec.superuserAccess.
+func TestSuperuserAllowed(t *testing.T) {
+	closed := &tuskv1alpha1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Name: "pg"}}
+	open := closed.DeepCopy()
+	open.Spec.SuperuserAccess = true
+	cases := []struct {
+		name string
+		spec tuskv1alpha1.PostgresRoleSpec
+		c    *tuskv1alpha1.PostgresCluster
+		want string // "" means allowed
+	}{
+		{"an ordinary login", tuskv1alpha1.PostgresRoleSpec{Name: "app", Login: true, InRoles: []string{"pg_read_all_data"}}, closed, ""},
+		{"a superuser login", tuskv1alpha1.PostgresRoleSpec{Name: "dba", Login: true, Superuser: true}, closed, "would be a superuser that logs in over the network"},
+		{"a superuser login, allowed", tuskv1alpha1.PostgresRoleSpec{Name: "dba", Login: true, Superuser: true}, open, ""},
+		{"a superuser group", tuskv1alpha1.PostgresRoleSpec{Name: "dbas", Superuser: true}, closed, ""},
+		{"a superuser dropped", tuskv1alpha1.PostgresRoleSpec{Name: "dba", Login: true, Superuser: true, Ensure: tuskv1alpha1.EnsureAbsent}, closed, ""},
+		{"a program runner", tuskv1alpha1.PostgresRoleSpec{Name: "etl", Login: true, InRoles: []string{"pg_execute_server_program"}}, closed,
+			"would be a member of pg_execute_server_program"},
+	}
+	for _, tc := range cases {
+		err := superuserAllowed(tc.spec, tc.c)
+		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}

@@ -58,6 +58,16 @@ const DefaultStatusPort = 8000
 // image, so any PostgreSQL image works.
 const ManagerBinary = "/tusk-bin/tusk"
 
+// PostgresContainer is the name of the container that runs the instance
+// manager and PostgreSQL in every instance pod; ReplicationTLSDir is where
+// its replication certificate is mounted, whose ca.crt signed the
+// servers' certificates (the operator builds the pod; kubectl tusk execs
+// in it).
+const (
+	PostgresContainer = "postgres"
+	ReplicationTLSDir = "/etc/tusk/tls/replication"
+)
+
 // ProbeRole is the role the SLI probe (tusk probe) logs in as, with a
 // client certificate whose CN is the role; it may only write and read
 // ProbeTable of the database ProbeDatabase, which the primary's instance

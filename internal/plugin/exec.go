@@ -8,11 +8,13 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
+
+	"tusk.dev/tusk/internal/instanceapi"
 )
 
 // instanceContainer is the container of an instance pod that runs the
 // instance manager and PostgreSQL (internal/controller/cluster_pods.go).
-const instanceContainer = "postgres"
+const instanceContainer = instanceapi.PostgresContainer
 
 // streamInPod runs command in the pod's instance container through the
 // pods/exec subresource, as kubectl exec does, with the streams of opts

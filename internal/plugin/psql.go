@@ -20,15 +20,13 @@ import (
 	"tusk.dev/tusk/internal/instanceapi"
 )
 
-// What psql needs in an instance pod. These mirror the operator's pod and
-// certificate builders (internal/controller/cluster_pods.go and
-// cluster_tls.go), which the plugin does not import.
+// What psql needs in an instance pod and of its credentials.
 const (
 	// serverCAPath is the CA that signed the servers' certificates: the
 	// replication Secret's ca.crt, which replicas verify their upstream
 	// with. (The server Secret's ca.crt is the CA of client certificates,
 	// another CA when spec.tls.caSecret names the user's.)
-	serverCAPath = "/etc/tusk/tls/replication/ca.crt"
+	serverCAPath = instanceapi.ReplicationTLSDir + "/ca.crt"
 	postgresPort = "5432"
 	// superuserName is PostgreSQL's superuser.
 	superuserName = "postgres"

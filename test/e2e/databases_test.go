@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -13,9 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/plugin"
 )
 
 // sqlApplyTimeout bounds how long an object takes to be applied once its
@@ -59,11 +64,15 @@ func TestDeclarativeDatabases(t *testing.T) {
 	app.psql(t, ns, "CREATE TABLE sales.orders (id bigint PRIMARY KEY, note text NOT NULL)")
 	waitApplied(t, ns, "pgpub/shop-orders")
 	rotateRolePassword(t, ns, &app)
+	if got := tuskPSQL(t, ns, "shop", "--role", "app_user", "--secret", "shop-app-user", "--database", "orders", "--",
+		"-XAt", "-c", "SELECT current_user || ' ' || count(*) FROM sales.orders"); got != "app_user 0" {
+		t.Errorf("kubectl tusk psql as app_user printed %q, want app_user 0", got)
+	}
 
 	applyYAML(t, ns, blocks[1])
 	waitApplied(t, ns, "pgdb/reports-orders")
 	instanceSQLIn(t, ns, "reports", currentPrimary(t, ns, "reports"), "orders",
-		"CREATE TABLE sales.orders (id bigint PRIMARY KEY, note text NOT NULL)")
+		"CREATE TABLE sales.orders (id bigint PRIMARY KEY, note text NOT NULL); ALTER TABLE sales.orders OWNER TO app")
 	app.psql(t, ns, "INSERT INTO sales.orders SELECT g, 'before' FROM generate_series(1, 100) g")
 	applyYAML(t, ns, blocks[2])
 	waitApplied(t, ns, "pgsub/reports-orders")
@@ -82,6 +91,10 @@ func TestDeclarativeDatabases(t *testing.T) {
 		waitConditionMessage(t, ns, o, tuskv1alpha1.ConditionApplied, to)
 	}
 	waitConditionStatus(t, ns, "pgsub/reports-orders", tuskv1alpha1.ConditionSlotLagging, metav1.ConditionFalse)
+	if got := tuskPSQL(t, ns, "reports", "--replica", "--database", "orders", "--", "-XAt", "-c",
+		"SELECT pg_is_in_recovery() || ' ' || (SELECT count(*) > 100 FROM sales.orders)"); got != "true true" {
+		t.Errorf("kubectl tusk psql --replica printed %q, want a replica with the replicated rows", got)
+	}
 
 	// Deleting the subscription drops its slot on the publisher.
 	if out, err := kubectl(context.Background(), "delete", "-n", ns, "pgsub/reports-orders", "--timeout=2m"); err != nil {
@@ -91,6 +104,22 @@ func TestDeclarativeDatabases(t *testing.T) {
 		"SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'orders_from_shop'"); got != "0" {
 		t.Errorf("the publisher still has %s slot(s) orders_from_shop after the subscription was deleted", got)
 	}
+}
+
+// tuskPSQL runs `kubectl tusk psql CLUSTER ARGS...` (the plugin's own
+// command, in process, without a terminal) and returns what it printed.
+func tuskPSQL(t *testing.T, ns, cluster string, args ...string) string {
+	t.Helper()
+	ctrllog.SetLogger(logr.Discard())
+	var out, errOut bytes.Buffer
+	cmd := plugin.NewCommand(plugin.BinaryName, genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &errOut})
+	cmd.SetArgs(append([]string{"psql", cluster, "-n", ns}, args...))
+	ctx, cancel := context.WithTimeout(context.Background(), sqlTimeout)
+	defer cancel()
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		t.Fatalf("kubectl tusk psql %s %v: %v\n%s%s", cluster, args, err, out.String(), errOut.String())
+	}
+	return strings.TrimSpace(out.String())
 }
 
 // docYAMLBlocks returns the ```yaml blocks of docs/<name>, in order, and
