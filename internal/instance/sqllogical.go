@@ -130,6 +130,9 @@ func (m *Manager) ApplyPublication(ctx context.Context, req instanceapi.Publicat
 		return instanceapi.ApplyResult{}, &refusal{reason: err.Error()}
 	}
 	conn, err := m.connectWritable(ctx, req.Database)
+	if nothingToDrop(req.Ensure, err) {
+		return instanceapi.ApplyResult{}, nil
+	}
 	if err != nil {
 		return instanceapi.ApplyResult{}, err
 	}

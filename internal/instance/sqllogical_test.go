@@ -304,3 +304,19 @@ func TestLogMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestNothingToDrop: a publication or subscription asked to be absent from
+// a database that does not exist is done; asked to be present, it is
+// refused.
+func TestNothingToDrop(t *testing.T) {
+	missing := &refusal{reason: "database shop does not exist", missingDatabase: true}
+	if !nothingToDrop(instanceapi.EnsureAbsent, fmt.Errorf("while connecting: %w", missing)) {
+		t.Error("an absent object in a missing database is not done")
+	}
+	if nothingToDrop(instanceapi.EnsurePresent, missing) || nothingToDrop("", missing) {
+		t.Error("a present object in a missing database is done")
+	}
+	if nothingToDrop(instanceapi.EnsureAbsent, refuse("table x does not exist")) || nothingToDrop(instanceapi.EnsureAbsent, nil) {
+		t.Error("another refusal, or no error, counts as a missing database")
+	}
+}

@@ -24,7 +24,19 @@ var (
 )
 
 // refusal is a request refused as it stands; nothing was changed.
-type refusal struct{ reason string }
+// missingDatabase marks the refusal of a database that does not exist,
+// which an object asked to be absent takes for "nothing to drop".
+type refusal struct {
+	reason          string
+	missingDatabase bool
+}
+
+// nothingToDrop says whether err is a missing database for a request
+// that drops: it is done.
+func nothingToDrop(ensure instanceapi.Ensure, err error) bool {
+	r, ok := errors.AsType[*refusal](err)
+	return ok && r.missingDatabase && ensure == instanceapi.EnsureAbsent
+}
 
 func (r *refusal) Error() string { return r.reason }
 
@@ -96,7 +108,7 @@ func (m *Manager) connectWritable(ctx context.Context, database string) (*pgx.Co
 	conn, err := m.connectDatabase(ctx, database)
 	if err != nil {
 		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "3D000" {
-			return nil, refuse("database %s does not exist", database)
+			return nil, &refusal{reason: fmt.Sprintf("database %s does not exist", database), missingDatabase: true}
 		}
 		if _, ok := errors.AsType[*pgconn.PgError](err); ok {
 			return nil, fmt.Errorf("while connecting to database %s: %w", database, err)

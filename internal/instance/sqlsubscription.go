@@ -101,6 +101,9 @@ func (m *Manager) ApplySubscription(ctx context.Context, req instanceapi.Subscri
 		return instanceapi.ApplyResult{}, err
 	}
 	conn, err := m.connectWritable(ctx, req.Database)
+	if nothingToDrop(req.Ensure, err) {
+		return instanceapi.ApplyResult{}, nil
+	}
 	if err != nil {
 		return instanceapi.ApplyResult{}, err
 	}
