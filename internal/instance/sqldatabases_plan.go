@@ -166,8 +166,22 @@ func checkDependencies(req instanceapi.DatabaseRequest, obs serverObservation) e
 			return refuse("extension %s version %s is not available in this image (no script for it; available: %s)",
 				e.Name, e.Version, strings.Join(versions, ", "))
 		}
+		if obs.database == nil && e.Schema != "" && !schemaInNewDatabase(e.Schema, req) {
+			// Refused before CREATE DATABASE, not after it, half applied.
+			return refuse("schema %s of extension %s does not exist; list it among the schemas", e.Schema, e.Name)
+		}
 	}
 	return nil
+}
+
+// schemaInNewDatabase says whether a database created from req will have
+// the schema: one req makes, or public from PostgreSQL's own templates (a
+// template of the user's may hold any).
+func schemaInNewDatabase(name string, req instanceapi.DatabaseRequest) bool {
+	if req.Template != "" && req.Template != "template0" && req.Template != "template1" {
+		return true
+	}
+	return name == "public" || schemaWillExist(name, req, databaseObservation{})
 }
 
 // ownerNames are the roles a request names as owners, for observation.

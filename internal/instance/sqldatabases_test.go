@@ -47,7 +47,7 @@ func checkPlan(t *testing.T, steps []sqlStep, err error, want []string, refused 
 func TestPlanServer(t *testing.T) {
 	roles := map[string]bool{"app": true, "other": true}
 	exists := &observedDatabase{owner: "app", connectionLimit: -1}
-	available := map[string][]string{"hstore": {"1.4", "1.7", "1.8"}}
+	available := map[string][]string{"hstore": {"1.4", "1.7", "1.8"}, "citext": {"1.6"}}
 	tests := []struct {
 		name    string
 		req     instanceapi.DatabaseRequest
@@ -96,6 +96,14 @@ func TestPlanServer(t *testing.T) {
 		{name: "an absent extension need not be available",
 			req: instanceapi.DatabaseRequest{Name: "shop", Extensions: []instanceapi.ExtensionRequest{{Name: "postgis", Ensure: instanceapi.EnsureAbsent}}},
 			obs: serverObservation{database: exists}},
+		{name: "a new database's extension in a schema it will not have is refused before the database is created",
+			req: instanceapi.DatabaseRequest{Name: "shop", Owner: "app", Extensions: []instanceapi.ExtensionRequest{{Name: "hstore", Schema: "ext"}}},
+			obs: serverObservation{roles: roles, available: available}, refusal: "schema ext of extension hstore does not exist"},
+		{name: "a new database's extension in a schema it makes, or in public",
+			req: instanceapi.DatabaseRequest{Name: "shop", Owner: "app", Schemas: []instanceapi.SchemaRequest{{Name: "ext"}},
+				Extensions: []instanceapi.ExtensionRequest{{Name: "hstore", Schema: "ext"}, {Name: "citext", Schema: "public"}}},
+			obs:  serverObservation{roles: roles, available: available},
+			want: []string{`CREATE DATABASE "shop" OWNER "app"`}},
 		{name: "postgres is refused", req: instanceapi.DatabaseRequest{Name: "postgres"}, refusal: "PostgreSQL's own"},
 		{name: "template1 is refused", req: instanceapi.DatabaseRequest{Name: "template1", Ensure: instanceapi.EnsureAbsent},
 			refusal: "PostgreSQL's own"},
