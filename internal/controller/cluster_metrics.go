@@ -57,6 +57,7 @@ var (
 	descRecoverable    = defineCluster("tusk_backup_first_recoverability_point_timestamp_seconds", "The earliest time the cluster can be recovered to from its object store (Unix time), as retention last saw it.")
 	descScheduledAt    = defineCluster("tusk_backup_last_schedule_timestamp_seconds", "The scheduled time of the last backup the cluster's schedule created (Unix time).")
 	descCertExpiry     = defineCluster("tusk_cluster_certificate_expiry_timestamp_seconds", "When each certificate Tusk keeps for the cluster expires (Unix time): the CA, the server's, the replication client's.", "certificate")
+	descSQLApplied     = defineCluster("tusk_sql_object_applied", "1 while a declarative SQL object (PostgresRole, PostgresDatabase, PostgresPublication, PostgresSubscription) is applied: its Applied condition is True; else 0.", "kind", "object")
 )
 
 // clusterPhases are the values tusk_cluster_phase reports, one series each.
@@ -101,6 +102,9 @@ func (c ClusterCollector) Collect(ch chan<- prometheus.Metric) {
 		byName[client.ObjectKeyFromObject(&secrets.Items[i])] = &secrets.Items[i]
 	}
 	now := time.Now()
+	for _, m := range c.sqlObjectMetrics(ctx) {
+		ch <- m
+	}
 	for i := range clusters.Items {
 		cl := &clusters.Items[i]
 		certs := clusterCertificates(cl, byName)
@@ -275,4 +279,27 @@ func boolFloat(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// sqlObjectMetrics are the declarative SQL objects' tusk_sql_object_applied
+// series, one per object.
+func (c ClusterCollector) sqlObjectMetrics(ctx context.Context) []prometheus.Metric {
+	var metrics []prometheus.Metric
+	for _, kind := range sqlKinds() {
+		list := kind.newList()
+		if err := c.Reader.List(ctx, list); err != nil {
+			log.FromContext(ctx).Error(err, "Listing for the SQL object metrics", "kind", kind.name)
+			continue
+		}
+		_ = meta.EachListItem(list, func(item runtimeObject) error {
+			metrics = append(metrics, sqlObjectMetric(kind, item.(client.Object)))
+			return nil
+		})
+	}
+	return metrics
+}
+
+func sqlObjectMetric(kind sqlKind, o client.Object) prometheus.Metric {
+	applied := meta.IsStatusConditionTrue(kind.status(o).Conditions, tuskv1alpha1.ConditionApplied)
+	return clusterGauge(descSQLApplied, boolFloat(applied), o.GetNamespace(), kind.cluster(o), kind.name, o.GetName())
 }

@@ -187,3 +187,29 @@ func TestClusterCertificates(t *testing.T) {
 		t.Errorf("certificates %v, want only a/db's CA at %v", got, caCert.NotAfter)
 	}
 }
+
+// TestSQLObjectMetric: one series per declarative SQL object, 1 only while
+// its Applied condition is True.
+func TestSQLObjectMetric(t *testing.T) {
+	applied := &tuskv1alpha1.PostgresRole{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "app-user"},
+		Spec: tuskv1alpha1.PostgresRoleSpec{Cluster: corev1.LocalObjectReference{Name: "orders"}, Name: "app_user"}}
+	applied.Status.Conditions = []metav1.Condition{{Type: tuskv1alpha1.ConditionApplied, Status: metav1.ConditionTrue}}
+	refused := &tuskv1alpha1.PostgresDatabase{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-db"},
+		Spec: tuskv1alpha1.PostgresDatabaseSpec{Cluster: corev1.LocalObjectReference{Name: "orders"}, Name: "orders"}}
+	refused.Status.Conditions = []metav1.Condition{{Type: tuskv1alpha1.ConditionApplied, Status: metav1.ConditionFalse}}
+	fresh := &tuskv1alpha1.PostgresSubscription{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "feed"},
+		Spec: tuskv1alpha1.PostgresSubscriptionSpec{Cluster: corev1.LocalObjectReference{Name: "reports"}, Name: "feed"}}
+	want := `
+# HELP tusk_sql_object_applied 1 while a declarative SQL object (PostgresRole, PostgresDatabase, PostgresPublication, PostgresSubscription) is applied: its Applied condition is True; else 0.
+# TYPE tusk_sql_object_applied gauge
+tusk_sql_object_applied{cluster="orders",kind="PostgresDatabase",namespace="shop",object="orders-db"} 0
+tusk_sql_object_applied{cluster="orders",kind="PostgresRole",namespace="shop",object="app-user"} 1
+tusk_sql_object_applied{cluster="reports",kind="PostgresSubscription",namespace="shop",object="feed"} 0
+`
+	got := metricsOf([]prometheus.Metric{
+		sqlObjectMetric(roleKind(), applied), sqlObjectMetric(databaseKind(), refused), sqlObjectMetric(subscriptionKind(), fresh),
+	})
+	if err := testutil.CollectAndCompare(got, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+}
