@@ -49,7 +49,14 @@ type ApplyResult struct {
 // ReservedRoles are the roles Tusk creates and uses itself; no managed
 // object may create, change or drop them. Names starting with "pg_" are
 // PostgreSQL's and refused too.
-var ReservedRoles = []string{"postgres", "tusk_replication", "tusk_monitor", ProbeRole}
+var ReservedRoles = []string{"postgres", "tusk_replication", "tusk_monitor", ProbeRole, CertificateLoginRole}
+
+// CertificateLoginRole is the group whose members log in over TLS with a
+// client certificate from the cluster's client CA (its CN the member's
+// name) and no password: pg_hba.conf names it (+tusk_cert_login), so no
+// rule changes per role. The primary's manager creates it (NOLOGIN) and
+// grants it to a role whose request asks for CertificateLogin.
+const CertificateLoginRole = "tusk_cert_login"
 
 // RoleRequest is the desired state of one role (PostgresRole).
 type RoleRequest struct {
@@ -80,6 +87,10 @@ type RoleRequest struct {
 	// does not already verify this password. Nil leaves the password as
 	// it is; never logged.
 	Password *string `json:"password,omitempty"`
+	// CertificateLogin makes the role a member of CertificateLoginRole
+	// (and only then): over the network it then logs in with its client
+	// certificate, not a password. It is not one of InRoles.
+	CertificateLogin bool `json:"certificateLogin,omitempty"`
 	// ReassignOwnedTo, for an absent role that owns objects, is the role
 	// that takes them over (REASSIGN OWNED in every database, then DROP
 	// OWNED for its privileges) before the drop. Empty refuses the drop
