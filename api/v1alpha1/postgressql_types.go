@@ -61,12 +61,12 @@ type PostgresRoleSpec struct {
 	Cluster corev1.LocalObjectReference `json:"cluster"`
 
 	// Name is the role's name in PostgreSQL. Tusk's own roles (postgres,
-	// tusk_replication, tusk_monitor, tusk_probe) and PostgreSQL's (pg_*)
-	// cannot be managed.
+	// tusk_replication, tusk_monitor, tusk_probe, tusk_cert_login) and
+	// PostgreSQL's (pg_*) cannot be managed.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_$-]*$`
-	// +kubebuilder:validation:XValidation:rule="!(self in ['postgres', 'tusk_replication', 'tusk_monitor', 'tusk_probe'])",message="this role is Tusk's own and cannot be managed"
+	// +kubebuilder:validation:XValidation:rule="!(self in ['postgres', 'tusk_replication', 'tusk_monitor', 'tusk_probe', 'tusk_cert_login'])",message="this role is Tusk's own and cannot be managed"
 	// +kubebuilder:validation:XValidation:rule="!self.startsWith('pg_')",message="role names starting with pg_ are PostgreSQL's own"
 	Name string `json:"name"`
 
@@ -129,6 +129,14 @@ type PostgresRoleSpec struct {
 	// password, with no restart. Unset leaves the password as it is.
 	// +optional
 	PasswordSecret *corev1.LocalObjectReference `json:"passwordSecret,omitempty"`
+
+	// ClientCertificate gives the role a client certificate (its CN the
+	// role's name) from the cluster's client CA, in the Secret
+	// <object name>-client-tls (tls.crt, tls.key, and ca.crt to verify the
+	// server), renewed before it ends. Over the network the role then logs
+	// in with it and no longer with a password.
+	// +optional
+	ClientCertificate bool `json:"clientCertificate,omitempty"`
 
 	// ReassignOwnedTo is the role that takes over what this role owns when
 	// it is dropped (ensure: absent). Without it, dropping a role that

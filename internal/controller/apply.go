@@ -22,6 +22,18 @@ import (
 // object kept in an annotation, so a settled object costs no write and
 // fields the API server or other controllers fill in are not fought over.
 func (r *ClusterReconciler) applyOwned(ctx context.Context, owner client.Object, obj client.Object) error {
+	return objectApplier{Client: r.Client, api: r.api}.applyOwned(ctx, owner, obj)
+}
+
+// objectApplier creates and updates the objects Tusk owns: the cluster's,
+// and those of the objects beside it (a role's certificate Secret). api
+// reads what the cache does not hold.
+type objectApplier struct {
+	client.Client
+	api client.Reader
+}
+
+func (r objectApplier) applyOwned(ctx context.Context, owner client.Object, obj client.Object) error {
 	if err := controllerutil.SetControllerReference(owner, obj, r.Scheme()); err != nil {
 		return err
 	}
@@ -65,7 +77,7 @@ func (r *ClusterReconciler) applyOwned(ctx context.Context, owner client.Object,
 // an object it does not hold may still exist (someone else's, or one just
 // created that the cache has not seen yet), and is read from the API
 // server when the create finds it.
-func (r *ClusterReconciler) getOrCreate(ctx context.Context, obj, existing client.Object) (created bool, err error) {
+func (r objectApplier) getOrCreate(ctx context.Context, obj, existing client.Object) (created bool, err error) {
 	key := client.ObjectKeyFromObject(obj)
 	kind := fmt.Sprintf("%T %s", obj, obj.GetName())
 	err = r.Get(ctx, key, existing)

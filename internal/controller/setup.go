@@ -48,7 +48,7 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config, namespaces []string) error {
 		return err
 	}
 	for _, kind := range sqlKinds() {
-		r := &SQLReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("tusk"), kind: kind, secrets: secrets, secretNames: secretNames}
+		r := &SQLReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("tusk"), kind: kind, secrets: secrets, secretNames: secretNames, api: mgr.GetAPIReader()}
 		if err := r.SetupWithManager(mgr); err != nil {
 			return err
 		}

@@ -56,7 +56,9 @@ type SQLReconciler struct {
 	kind        sqlKind
 	secrets     secretReader
 	secretNames secretNameCache
-	clients     instanceClients
+	// api reads what the cache does not hold (objectApplier).
+	api     client.Reader
+	clients instanceClients
 }
 
 // sqlApply is the outcome of one attempt to apply an object.
@@ -68,6 +70,7 @@ type sqlApply struct {
 }
 
 // +kubebuilder:rbac:groups=tusk.dev,resources=postgresroles;postgresdatabases;postgrespublications;postgressubscriptions,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=tusk.dev,resources=postgresroles/status;postgresdatabases/status;postgrespublications/status;postgressubscriptions/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=tusk.dev,resources=postgresroles/finalizers;postgresdatabases/finalizers;postgrespublications/finalizers;postgressubscriptions/finalizers,verbs=update
 
@@ -346,6 +349,7 @@ func (r *SQLReconciler) writeStatus(ctx context.Context, original, o client.Obje
 func (r *SQLReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(r.kind.newObject()).
+		Owns(&corev1.Secret{}). // a role's certificate
 		Watches(&tuskv1alpha1.PostgresCluster{}, handler.EnqueueRequestsFromMapFunc(r.objectsOfCluster)).
 		WatchesRawSource(r.secretNames.secretChanges(r.objectsReading)).
 		Named(strings.ToLower(r.kind.name)).

@@ -3,6 +3,7 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/pki"
 	"tusk.dev/tusk/internal/testenv"
 )
 
@@ -154,5 +156,47 @@ func TestDatabaseFinalizerFollowsReclaimPolicy(t *testing.T) {
 			return nil
 		}
 		return fmt.Errorf("the database object is still there (finalizers %v): %w", db.Finalizers, err)
+	})
+}
+
+// TestRoleClientCertificate: a role with clientCertificate gets a Secret
+// with a certificate for its name from the cluster's client CA, owned by
+// the PostgresRole, and loses it when it no longer asks.
+func TestRoleClientCertificate(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newCluster(ns))
+	role := newRole(ns, "reporter", "pg")
+	role.Spec.ClientCertificate = true
+	create(t, role)
+	s := &corev1.Secret{}
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		return env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "reporter-client-tls"}, s)
+	})
+	ca := get(t, ns, "pg-ca", &corev1.Secret{})
+	if err := pki.SignedBy(s.Data["tls.crt"], ca.Data["ca.crt"]); err != nil {
+		t.Errorf("the role's certificate is not from the cluster's client CA: %v", err)
+	}
+	cert, err := pki.ParseCertificate(s.Data["tls.crt"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cert.Subject.CommonName != "app_user" || !bytes.Equal(s.Data["ca.crt"], ca.Data["ca.crt"]) || len(s.Data["tls.key"]) == 0 {
+		t.Errorf("certificate for %q with ca.crt the server's CA: %v, want app_user and the cluster's CA", cert.Subject.CommonName, bytes.Equal(s.Data["ca.crt"], ca.Data["ca.crt"]))
+	}
+	if owner := metav1.GetControllerOf(s); owner == nil || owner.Name != "reporter" || owner.Kind != "PostgresRole" {
+		t.Errorf("the Secret's controller is %+v, want the PostgresRole reporter", owner)
+	}
+
+	patch := client.MergeFrom(role.DeepCopy())
+	role.Spec.ClientCertificate = false
+	if err := env.Client.Patch(context.Background(), role, patch); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "reporter-client-tls"}, &corev1.Secret{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("the certificate Secret is still there: %w", err)
 	})
 }

@@ -85,6 +85,9 @@ func roleKind() sqlKind {
 			if err := superuserAllowed(role(o).Spec, c); err != nil {
 				return nil, err
 			}
+			if err := r.reconcileRoleCertificate(ctx, role(o), c); err != nil {
+				return nil, err
+			}
 			var password *string
 			if s := role(o).Spec.PasswordSecret; s != nil && role(o).Spec.Ensure != tuskv1alpha1.EnsureAbsent {
 				p, err := r.secretKey(ctx, o.GetNamespace(), s.Name, "password")
@@ -133,7 +136,7 @@ func roleRequest(spec tuskv1alpha1.PostgresRoleSpec, password *string) instancea
 		Login: spec.Login, Superuser: spec.Superuser, CreateDB: spec.CreateDB, CreateRole: spec.CreateRole,
 		Replication: spec.Replication, BypassRLS: spec.BypassRLS, Inherit: spec.Inherit,
 		ConnectionLimit: spec.ConnectionLimit, InRoles: spec.InRoles, Parameters: spec.Parameters,
-		Password: password, ReassignOwnedTo: spec.ReassignOwnedTo,
+		Password: password, ReassignOwnedTo: spec.ReassignOwnedTo, CertificateLogin: spec.ClientCertificate,
 	}
 	if spec.ValidUntil != nil {
 		req.ValidUntil = spec.ValidUntil.UTC().Format(time.RFC3339)

@@ -60,6 +60,7 @@ func TestInvalidSQLObjectsAreRejectedOnCreate(t *testing.T) {
 		{"Tusk's replication role", baseRole, `spec: {name: tusk_replication}`, "this role is Tusk's own and cannot be managed"},
 		{"Tusk's monitoring role", baseRole, `spec: {name: tusk_monitor}`, "this role is Tusk's own and cannot be managed"},
 		{"Tusk's probe role", baseRole, `spec: {name: tusk_probe}`, "this role is Tusk's own and cannot be managed"},
+		{"Tusk's certificate login group", baseRole, `spec: {name: tusk_cert_login}`, "this role is Tusk's own and cannot be managed"},
 		{"a predefined role", baseRole, `spec: {name: pg_monitor}`, "role names starting with pg_ are PostgreSQL's own"},
 		{"a role name with a quote", baseRole, `spec: {name: "a\"b"}`, "spec.name in body should match"},
 		{"a role name too long", baseRole, `spec: {name: ` + longName + `}`, "spec.name: Too long"},

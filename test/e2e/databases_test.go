@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -47,7 +48,7 @@ func TestDeclarativeDatabases(t *testing.T) {
 	blocks := docYAMLBlocks(t, "databases.md", 3)
 
 	applyYAML(t, ns, blocks[0])
-	for _, o := range []string{"pgrole/shop-app-user", "pgrole/shop-replicator", "pgdb/shop-orders"} {
+	for _, o := range []string{"pgrole/shop-app-user", "pgrole/shop-replicator", "pgrole/shop-reporter", "pgdb/shop-orders"} {
 		waitApplied(t, ns, o)
 	}
 	startSQLClient(t, ns, "shop")
@@ -64,6 +65,7 @@ func TestDeclarativeDatabases(t *testing.T) {
 	app.psql(t, ns, "CREATE TABLE sales.orders (id bigint PRIMARY KEY, note text NOT NULL)")
 	waitApplied(t, ns, "pgpub/shop-orders")
 	rotateRolePassword(t, ns, &app)
+	checkCertificateLogin(t, ns)
 	if got := tuskPSQL(t, ns, "shop", "--role", "app_user", "--secret", "shop-app-user", "--database", "orders", "--",
 		"-XAt", "-c", "SELECT current_user || ' ' || count(*) FROM sales.orders"); got != "app_user 0" {
 		t.Errorf("kubectl tusk psql as app_user printed %q, want app_user 0", got)
@@ -103,6 +105,28 @@ func TestDeclarativeDatabases(t *testing.T) {
 	if got := instanceSQLIn(t, ns, "shop", currentPrimary(t, ns, "shop"), "orders",
 		"SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'orders_from_shop'"); got != "0" {
 		t.Errorf("the publisher still has %s slot(s) orders_from_shop after the subscription was deleted", got)
+	}
+}
+
+// checkCertificateLogin logs in as reporter with its client certificate,
+// from a pod that mounts the role's Secret as docs/databases.md says.
+func checkCertificateLogin(t *testing.T, ns string) {
+	t.Helper()
+	pod := restrictedPod("reporter-client", "sleep", "infinity")
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "cert", VolumeSource: corev1.VolumeSource{
+		Secret: &corev1.SecretVolumeSource{SecretName: "shop-reporter-client-tls", DefaultMode: ptrTo[int32](0o640)},
+	}})
+	c := &pod.Spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "cert", MountPath: "/etc/reporter", ReadOnly: true})
+	createPod(t, ns, pod)
+	waitPodReady(t, ns, pod.Name, 2*time.Minute)
+	conninfo := "host=shop-rw." + ns + ".svc port=5432 user=reporter dbname=orders sslmode=verify-full " +
+		"sslrootcert=/etc/reporter/ca.crt sslcert=/etc/reporter/tls.crt sslkey=/etc/reporter/tls.key"
+	ctx, cancel := context.WithTimeout(context.Background(), sqlTimeout)
+	defer cancel()
+	out, err := kubectl(ctx, "exec", "-n", ns, pod.Name, "--", "psql", conninfo, "-XAtq", "-c", "SELECT current_user, count(*) FROM sales.orders")
+	if err != nil || strings.TrimSpace(out) != "reporter|0" {
+		t.Errorf("reporter's certificate login: %q, %v; want reporter|0", out, err)
 	}
 }
 
