@@ -44,8 +44,8 @@ func TestManagedRoleCertificateLogin(t *testing.T) {
 	if r := readRole(t, n, "reporter"); r == nil || !slices.Equal(r.InRoles, []string{"pg_monitor", instanceapi.CertificateLoginRole}) {
 		t.Errorf("the role's memberships: %+v, want pg_monitor and the certificate login group", r)
 	}
-	assertCertLogin(t, n, own, "reporter", true)
-	assertCertLogin(t, n, other, "reporter", false)
+	assertCertLogin(t, n, own, true)
+	assertCertLogin(t, n, other, false)
 	assertLogin(t, n, password, false)
 
 	withoutCert := withCert
@@ -58,7 +58,7 @@ func TestManagedRoleCertificateLogin(t *testing.T) {
 		t.Errorf("the same request again changed %+v", res)
 	}
 	assertLogin(t, n, password, true)
-	assertCertLogin(t, n, own, "reporter", false)
+	assertCertLogin(t, n, own, false)
 
 	// A primary whose manager predates the group: the apply makes it.
 	n.exec("DROP ROLE " + instanceapi.CertificateLoginRole)
@@ -66,7 +66,7 @@ func TestManagedRoleCertificateLogin(t *testing.T) {
 	if !slices.Equal(res.Changes, []string{"created role " + instanceapi.CertificateLoginRole, "granted certificate login"}) {
 		t.Errorf("certificate login without the group: %+v, want it created, then granted", res)
 	}
-	assertCertLogin(t, n, own, "reporter", true)
+	assertCertLogin(t, n, own, true)
 	assertLogin(t, n, password, false)
 	if res := applyRole(t, n, withCert); res.Statements != 0 {
 		t.Errorf("the same request again changed %+v", res)
@@ -82,10 +82,11 @@ func certDir(t *testing.T, p *clusterPKI, cn string) string {
 	return dir
 }
 
-// assertCertLogin says whether user logs in over TLS to n with the client
-// certificate in dir and no password.
-func assertCertLogin(t *testing.T, n *node, dir, user string, works bool) {
+// assertCertLogin says whether the managed role reporter logs in over TLS
+// to n with the client certificate in dir and no password.
+func assertCertLogin(t *testing.T, n *node, dir string, works bool) {
 	t.Helper()
+	const user = "reporter"
 	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=127.0.0.1 port=%d dbname=postgres user=%s sslmode=verify-full "+
 		"sslrootcert=%[3]s/ca.crt sslcert=%[3]s/tls.crt sslkey=%[3]s/tls.key", n.port, user, dir))
 	if err != nil {

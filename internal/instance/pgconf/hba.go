@@ -175,26 +175,7 @@ func PgHBA(in HBAConfig) (string, error) {
 	hbaLine(&b, remote, "replication", in.ReplicationUser, "all", string(auth))
 	b.WriteString("\n# pg_rewind of a former primary, as the replication role.\n")
 	hbaLine(&b, remote, "postgres", in.ReplicationUser, "all", string(auth))
-	if len(in.CertificateLogins) > 0 {
-		b.WriteString("\n# Roles that log in with a client certificate only, each to its database.\n")
-		for _, l := range in.CertificateLogins {
-			hbaLine(&b, remote, l.Database, l.Role, "all", "cert")
-			hbaLine(&b, "host", "all", l.Role, "all", "reject")
-		}
-	}
-	if in.Monitor != nil {
-		b.WriteString("\n# The monitoring role logs in over the Unix socket only.\n")
-		hbaLine(&b, "host", "all", in.Monitor.Role, "all", "reject")
-	}
-	if !in.SuperuserRemoteAccess {
-		b.WriteString("\n# The superuser logs in over the Unix socket only.\n")
-		hbaLine(&b, "host", "all", Superuser, "all", "reject")
-	}
-	if in.CertificateGroup != "" {
-		b.WriteString("\n# Members of the certificate login group log in with a client certificate only.\n")
-		hbaLine(&b, remote, "all", "+"+in.CertificateGroup, "all", "cert")
-		hbaLine(&b, "host", "all", "+"+in.CertificateGroup, "all", "reject")
-	}
+	certificatesAndRefusals(&b, in, remote)
 	if len(in.ExtraRules) > 0 {
 		b.WriteString("\n# Extra rules from the cluster's spec.\n")
 		for _, r := range in.ExtraRules {
@@ -208,6 +189,32 @@ func PgHBA(in HBAConfig) (string, error) {
 	hbaLine(&b, "host", "replication", "all", "all", "reject")
 	hbaLine(&b, "local", "replication", "all", "", "reject")
 	return b.String(), nil
+}
+
+// certificatesAndRefusals writes steps 3 and 4 of PgHBA: the certificate
+// logins, the network refusals of Tusk's own roles, and the certificate
+// login group.
+func certificatesAndRefusals(b *strings.Builder, in HBAConfig, remote string) {
+	if len(in.CertificateLogins) > 0 {
+		b.WriteString("\n# Roles that log in with a client certificate only, each to its database.\n")
+		for _, l := range in.CertificateLogins {
+			hbaLine(b, remote, l.Database, l.Role, "all", "cert")
+			hbaLine(b, "host", "all", l.Role, "all", "reject")
+		}
+	}
+	if in.Monitor != nil {
+		b.WriteString("\n# The monitoring role logs in over the Unix socket only.\n")
+		hbaLine(b, "host", "all", in.Monitor.Role, "all", "reject")
+	}
+	if !in.SuperuserRemoteAccess {
+		b.WriteString("\n# The superuser logs in over the Unix socket only.\n")
+		hbaLine(b, "host", "all", Superuser, "all", "reject")
+	}
+	if in.CertificateGroup != "" {
+		b.WriteString("\n# Members of the certificate login group log in with a client certificate only.\n")
+		hbaLine(b, remote, "all", "+"+in.CertificateGroup, "all", "cert")
+		hbaLine(b, "host", "all", "+"+in.CertificateGroup, "all", "reject")
+	}
 }
 
 // hbaLine writes one record in aligned columns.
