@@ -144,7 +144,8 @@ func (m *Manager) createRolesAndDatabase(ctx context.Context, conn *pgx.Conn) er
 }
 
 // grantRoleRights gives the roles Tusk made what it uses them for: the
-// monitoring role its login, the replication role pg_rewind's rights.
+// monitoring role its login, the replication role pg_rewind's rights; and
+// makes the certificate login group.
 func (m *Manager) grantRoleRights(ctx context.Context, conn *pgx.Conn) error {
 	if err := m.grantMonitorRights(ctx, conn); err != nil {
 		return err
@@ -152,7 +153,45 @@ func (m *Manager) grantRoleRights(ctx context.Context, conn *pgx.Conn) error {
 	if err := grantProbeRights(ctx, conn); err != nil {
 		return err
 	}
+	if err := ensureCertificateLoginGroup(ctx, conn); err != nil {
+		return err
+	}
 	return m.grantRewindRights(ctx, conn)
+}
+
+// createCertificateLoginGroup creates the certificate login group unless
+// it exists, also when another session creates it at the same time (an
+// apply granting it, while the manager makes its roles).
+var createCertificateLoginGroup = "DO $$BEGIN CREATE ROLE " + ident(instanceapi.CertificateLoginRole) + ` WITH NOLOGIN;
+	EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END$$`
+
+// ensureCertificateLoginGroup makes the group pg_hba.conf lets log in with
+// a client certificate only (instanceapi.CertificateLoginRole): a role
+// without login, members, or rights; ApplyRole makes roles its members.
+// It changes nothing when the group is there as it should be, and, like
+// grantMonitorRights, does not wait for synchronous standbys.
+func ensureCertificateLoginGroup(ctx context.Context, conn *pgx.Conn) error {
+	var canLogin bool
+	err := conn.QueryRow(ctx, "SELECT rolcanlogin FROM pg_roles WHERE rolname = $1", instanceapi.CertificateLoginRole).Scan(&canLogin)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("while looking at the certificate login group: %w", err)
+	case !canLogin:
+		return nil
+	}
+	statements := []string{"SET LOCAL synchronous_commit TO local", createCertificateLoginGroup}
+	if err == nil {
+		statements[1] = "ALTER ROLE " + ident(instanceapi.CertificateLoginRole) + " WITH NOLOGIN"
+	}
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		for _, s := range statements {
+			if _, err := tx.Exec(ctx, s); err != nil {
+				return fmt.Errorf("while making the certificate login group (%s): %w", firstWords(s, 4), err)
+			}
+		}
+		return nil
+	})
 }
 
 // probeConnectionLimit bounds the SLI probe's sessions: it needs one per

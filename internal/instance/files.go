@@ -182,7 +182,8 @@ func (m *Manager) writeConfigIn(dir string, st state) error {
 		m.log.Info("Ignoring a parameter", "parameter", p.Name, "reason", p.Reason)
 	}
 	hba, err := pgconf.PgHBA(pgconf.HBAConfig{ReplicationUser: replicationUser, TLS: conf.TLS != nil, ReplicationAuth: replicationAuth,
-		SuperuserRemoteAccess: st.config.SuperuserRemoteAccess, Monitor: m.monitorLogin, CertificateLogins: certificateLogins(replicationAuth)})
+		SuperuserRemoteAccess: st.config.SuperuserRemoteAccess, Monitor: m.monitorLogin, CertificateLogins: certificateLogins(replicationAuth),
+		CertificateGroup: certificateGroup(replicationAuth)})
 	if err != nil {
 		return fmt.Errorf("while rendering pg_hba.conf: %w", err)
 	}
@@ -286,4 +287,14 @@ func certificateLogins(auth pgconf.ReplicationAuth) []pgconf.CertificateLogin {
 		return nil
 	}
 	return []pgconf.CertificateLogin{{Role: instanceapi.ProbeRole, Database: instanceapi.ProbeDatabase}}
+}
+
+// certificateGroup is the group whose members log in with a client
+// certificate, under the same condition as certificateLogins; "" when the
+// server checks no client certificates.
+func certificateGroup(auth pgconf.ReplicationAuth) string {
+	if auth != pgconf.ReplicationAuthCert {
+		return ""
+	}
+	return instanceapi.CertificateLoginRole
 }

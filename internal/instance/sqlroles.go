@@ -145,6 +145,13 @@ func observeRole(ctx context.Context, tx pgx.Tx, req instanceapi.RoleRequest) (o
 	if obs.missing, err = missingRoles(ctx, tx, named); err != nil {
 		return obs, err
 	}
+	if req.CertificateLogin && req.Ensure != instanceapi.EnsureAbsent {
+		missing, err := missingRoles(ctx, tx, []string{instanceapi.CertificateLoginRole})
+		if err != nil {
+			return obs, err
+		}
+		obs.certificateGroupExists = len(missing) == 0
+	}
 	if !obs.exists {
 		return obs, nil
 	}

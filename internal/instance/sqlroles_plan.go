@@ -24,10 +24,14 @@ type roleAttrs struct {
 type observedRole struct {
 	exists bool
 	attrs  roleAttrs
-	// inRoles are the roles it is a member of; settings its role-wide
-	// settings as pg_db_role_setting stores them ("name=value").
+	// inRoles are the roles it is a member of, the certificate login
+	// group among them; settings its role-wide settings as
+	// pg_db_role_setting stores them ("name=value").
 	inRoles  []string
 	settings []string
+	// certificateGroupExists: instanceapi.CertificateLoginRole exists (a
+	// primary whose manager predates it may not have it yet).
+	certificateGroupExists bool
 	// passwordMatches: the stored verifier verifies the requested password.
 	passwordMatches bool
 	// missing are the roles the request names (InRoles, ReassignOwnedTo)
@@ -168,7 +172,30 @@ func planRole(req instanceapi.RoleRequest, owner string, obs observedRole, verif
 			action: "Setting the role's password", change: "set the password"})
 	}
 	plan = append(plan, planMemberships(req, obs.inRoles)...)
+	plan = append(plan, planCertificateLogin(req, obs)...)
 	return append(plan, planSettings(req, obs.settings)...), nil
+}
+
+// planCertificateLogin makes the role a member of the certificate login
+// group when req asks for CertificateLogin, making the group first if
+// it is missing, and takes the membership away otherwise.
+func planCertificateLogin(req instanceapi.RoleRequest, obs observedRole) []statement {
+	group := instanceapi.CertificateLoginRole
+	member := slices.Contains(obs.inRoles, group)
+	switch {
+	case req.CertificateLogin && !member:
+		var plan []statement
+		if !obs.certificateGroupExists {
+			plan = append(plan, statement{sql: createCertificateLoginGroup,
+				action: "Creating the certificate login group", change: "created role " + group})
+		}
+		return append(plan, statement{sql: "GRANT " + ident(group) + " TO " + ident(req.Name),
+			action: "Granting certificate login", change: "granted certificate login"})
+	case !req.CertificateLogin && member:
+		return []statement{{sql: "REVOKE " + ident(group) + " FROM " + ident(req.Name),
+			action: "Revoking certificate login", change: "revoked certificate login"}}
+	}
+	return nil
 }
 
 // attrClauses are the clauses of CREATE ROLE ... WITH for a.
@@ -236,7 +263,8 @@ func sameValidUntil(a, b *time.Time) bool {
 }
 
 // planMemberships grants the memberships missing and revokes the extra
-// ones, in name order.
+// ones, in name order. The certificate login group is not one of them:
+// planCertificateLogin decides it.
 func planMemberships(req instanceapi.RoleRequest, have []string) []statement {
 	var plan []statement
 	want := slices.Clone(req.InRoles)
@@ -249,7 +277,7 @@ func planMemberships(req instanceapi.RoleRequest, have []string) []statement {
 	}
 	have = slices.Sorted(slices.Values(have))
 	for _, r := range have {
-		if !slices.Contains(want, r) {
+		if !slices.Contains(want, r) && r != instanceapi.CertificateLoginRole {
 			plan = append(plan, statement{sql: "REVOKE " + ident(r) + " FROM " + ident(req.Name),
 				action: "Revoking role membership", change: "revoked membership in " + r})
 		}

@@ -173,6 +173,91 @@ func TestPlanRole(t *testing.T) {
 	}
 }
 
+// TestPlanRoleCertificateLogin: CertificateLogin is membership in the
+// certificate login group and nothing else: granted (with the group made
+// first where an older manager left none), revoked, left alone when it
+// matches; InRoles stays exact for the other roles and never touches it.
+func TestPlanRoleCertificateLogin(t *testing.T) {
+	const group = instanceapi.CertificateLoginRole
+	cases := []struct {
+		name    string
+		req     instanceapi.RoleRequest
+		obs     observedRole
+		want    []string // the statements' SQL
+		changes []string
+	}{
+		{
+			name:    "added",
+			req:     instanceapi.RoleRequest{Name: "app", CertificateLogin: true},
+			obs:     observedRole{exists: true, attrs: defaultAttrs, certificateGroupExists: true},
+			want:    []string{`GRANT "tusk_cert_login" TO "app"`},
+			changes: []string{"granted certificate login"},
+		},
+		{
+			name:    "added to a new role",
+			req:     instanceapi.RoleRequest{Name: "app", Login: true, CertificateLogin: true},
+			obs:     observedRole{certificateGroupExists: true},
+			want:    []string{`CREATE ROLE "app" WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS INHERIT CONNECTION LIMIT -1 VALID UNTIL 'infinity'`, `GRANT "tusk_cert_login" TO "app"`},
+			changes: []string{"created role app", "granted certificate login"},
+		},
+		{
+			name:    "added, the group missing",
+			req:     instanceapi.RoleRequest{Name: "app", CertificateLogin: true},
+			obs:     observedRole{exists: true, attrs: defaultAttrs},
+			want:    []string{createCertificateLoginGroup, `GRANT "tusk_cert_login" TO "app"`},
+			changes: []string{"created role tusk_cert_login", "granted certificate login"},
+		},
+		{
+			name:    "removed",
+			req:     instanceapi.RoleRequest{Name: "app", InRoles: []string{"readers"}},
+			obs:     observedRole{exists: true, attrs: defaultAttrs, inRoles: []string{"readers", group}},
+			want:    []string{`REVOKE "tusk_cert_login" FROM "app"`},
+			changes: []string{"revoked certificate login"},
+		},
+		{
+			name: "unchanged",
+			req:  instanceapi.RoleRequest{Name: "app", InRoles: []string{"readers"}, CertificateLogin: true},
+			obs:  observedRole{exists: true, attrs: defaultAttrs, inRoles: []string{group, "readers"}, certificateGroupExists: true},
+		},
+		{name: "unchanged without", req: instanceapi.RoleRequest{Name: "app"}, obs: observedRole{exists: true, attrs: defaultAttrs}},
+		{
+			name:    "InRoles still exact beside it",
+			req:     instanceapi.RoleRequest{Name: "app", InRoles: []string{"b", "c"}, CertificateLogin: true},
+			obs:     observedRole{exists: true, attrs: defaultAttrs, inRoles: []string{"a", "b", group}, certificateGroupExists: true},
+			want:    []string{`GRANT "c" TO "app"`, `REVOKE "a" FROM "app"`},
+			changes: []string{"granted membership in c", "revoked membership in a"},
+		},
+		{
+			name:    "InRoles exact, certificate login revoked once",
+			req:     instanceapi.RoleRequest{Name: "app", InRoles: []string{"b"}},
+			obs:     observedRole{exists: true, attrs: defaultAttrs, inRoles: []string{"a", "b", group}, certificateGroupExists: true},
+			want:    []string{`REVOKE "a" FROM "app"`, `REVOKE "tusk_cert_login" FROM "app"`},
+			changes: []string{"revoked membership in a", "revoked certificate login"},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			plan, err := planRole(c.req, "owner", c.obs, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got, changes []string
+			for _, s := range plan {
+				got, changes = append(got, s.sql), append(changes, s.change)
+			}
+			if !slices.Equal(got, c.want) || !slices.Equal(changes, c.changes) {
+				t.Errorf("got\n  %s\n  changes %q\nwant\n  %s\n  changes %q", strings.Join(got, "\n  "), changes, strings.Join(c.want, "\n  "), c.changes)
+			}
+		})
+	}
+	// The group is Tusk's: not one of InRoles, nor a role to manage.
+	for _, req := range []instanceapi.RoleRequest{{Name: "app", InRoles: []string{group}}, {Name: group}} {
+		if _, err := planRole(req, "owner", observedRole{}, ""); applyStatus(err) != http.StatusUnprocessableEntity {
+			t.Errorf("%+v: %v, want a refusal", req, err)
+		}
+	}
+}
+
 func TestPlanDropReassignsInEveryDatabase(t *testing.T) {
 	req := instanceapi.RoleRequest{Name: "app", Ensure: instanceapi.EnsureAbsent, ReassignOwnedTo: "heir"}
 	obs := observedRole{exists: true, owns: []string{"database shop"}, databases: []string{"app", "postgres", "shop"}}

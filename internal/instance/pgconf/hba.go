@@ -51,6 +51,11 @@ type HBAConfig struct {
 	// certificate (its CN the role's name) and nothing else, each to its
 	// one database: the SLI probe's. They need TLS, and ssl_ca_file.
 	CertificateLogins []CertificateLogin
+	// CertificateGroup, when set, is the group whose members log in over
+	// TLS with a client certificate (its CN the member's name) and no
+	// password, to any database, and are refused over the network
+	// otherwise. It needs TLS, and ssl_ca_file.
+	CertificateGroup string
 }
 
 // CertificateLogin is a role that logs in with a client certificate only,
@@ -137,9 +142,13 @@ var hbaConnectionTypes = []string{"local", "host", "hostssl", "hostnossl", "host
 //  3. CertificateLogins, each to its database with a client certificate,
 //     and refused otherwise; the monitoring role refused over the network,
 //     and the superuser too unless SuperuserRemoteAccess;
-//  4. the user's ExtraRules;
-//  5. every role to every database, with a password, over TLS when TLS is on;
-//  6. explicit reject lines, so a refused connection says so in the log.
+//  4. the members of CertificateGroup, to any database with a client
+//     certificate, and refused otherwise: after the refusals of 3, so no
+//     membership lets a role 3 refuses in, and before anything that would
+//     take a password from a member;
+//  5. the user's ExtraRules;
+//  6. every role to every database, with a password, over TLS when TLS is on;
+//  7. explicit reject lines, so a refused connection says so in the log.
 //
 // No line ever uses trust: every connection authenticates.
 func PgHBA(in HBAConfig) (string, error) {
@@ -166,21 +175,7 @@ func PgHBA(in HBAConfig) (string, error) {
 	hbaLine(&b, remote, "replication", in.ReplicationUser, "all", string(auth))
 	b.WriteString("\n# pg_rewind of a former primary, as the replication role.\n")
 	hbaLine(&b, remote, "postgres", in.ReplicationUser, "all", string(auth))
-	if len(in.CertificateLogins) > 0 {
-		b.WriteString("\n# Roles that log in with a client certificate only, each to its database.\n")
-		for _, l := range in.CertificateLogins {
-			hbaLine(&b, remote, l.Database, l.Role, "all", "cert")
-			hbaLine(&b, "host", "all", l.Role, "all", "reject")
-		}
-	}
-	if in.Monitor != nil {
-		b.WriteString("\n# The monitoring role logs in over the Unix socket only.\n")
-		hbaLine(&b, "host", "all", in.Monitor.Role, "all", "reject")
-	}
-	if !in.SuperuserRemoteAccess {
-		b.WriteString("\n# The superuser logs in over the Unix socket only.\n")
-		hbaLine(&b, "host", "all", Superuser, "all", "reject")
-	}
+	certificatesAndRefusals(&b, in, remote)
 	if len(in.ExtraRules) > 0 {
 		b.WriteString("\n# Extra rules from the cluster's spec.\n")
 		for _, r := range in.ExtraRules {
@@ -194,6 +189,32 @@ func PgHBA(in HBAConfig) (string, error) {
 	hbaLine(&b, "host", "replication", "all", "all", "reject")
 	hbaLine(&b, "local", "replication", "all", "", "reject")
 	return b.String(), nil
+}
+
+// certificatesAndRefusals writes steps 3 and 4 of PgHBA: the certificate
+// logins, the network refusals of Tusk's own roles, and the certificate
+// login group.
+func certificatesAndRefusals(b *strings.Builder, in HBAConfig, remote string) {
+	if len(in.CertificateLogins) > 0 {
+		b.WriteString("\n# Roles that log in with a client certificate only, each to its database.\n")
+		for _, l := range in.CertificateLogins {
+			hbaLine(b, remote, l.Database, l.Role, "all", "cert")
+			hbaLine(b, "host", "all", l.Role, "all", "reject")
+		}
+	}
+	if in.Monitor != nil {
+		b.WriteString("\n# The monitoring role logs in over the Unix socket only.\n")
+		hbaLine(b, "host", "all", in.Monitor.Role, "all", "reject")
+	}
+	if !in.SuperuserRemoteAccess {
+		b.WriteString("\n# The superuser logs in over the Unix socket only.\n")
+		hbaLine(b, "host", "all", Superuser, "all", "reject")
+	}
+	if in.CertificateGroup != "" {
+		b.WriteString("\n# Members of the certificate login group log in with a client certificate only.\n")
+		hbaLine(b, remote, "all", "+"+in.CertificateGroup, "all", "cert")
+		hbaLine(b, "host", "all", "+"+in.CertificateGroup, "all", "reject")
+	}
 }
 
 // hbaLine writes one record in aligned columns.
@@ -220,6 +241,14 @@ func (in HBAConfig) validate() (ReplicationAuth, error) {
 		}
 		if !in.TLS {
 			errs = append(errs, fmt.Errorf("certificate login %q needs TLS", l.Role))
+		}
+	}
+	if g := in.CertificateGroup; g != "" {
+		if !isPlainRole(g) {
+			errs = append(errs, fmt.Errorf("certificate login group %q is not a plain role name", g))
+		}
+		if !in.TLS {
+			errs = append(errs, fmt.Errorf("certificate login group %q needs TLS", g))
 		}
 	}
 	switch auth {

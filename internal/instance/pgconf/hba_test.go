@@ -15,6 +15,7 @@ func TestPgHBAGolden(t *testing.T) {
 			ReplicationAuth:   ReplicationAuthCert,
 			Monitor:           &MonitorLogin{Role: "tusk_monitor", SystemUser: "postgres"},
 			CertificateLogins: []CertificateLogin{{Role: "tusk_probe", Database: "postgres"}},
+			CertificateGroup:  "tusk_cert_login",
 			ExtraRules: []string{
 				"hostssl app reporting 10.0.0.0/8 scram-sha-256",
 				"  host all all 192.168.0.0/16 reject  ",
@@ -183,6 +184,66 @@ func TestPgHBACertificateLogins(t *testing.T) {
 	} {
 		if _, err := PgHBA(bad); err == nil {
 			t.Errorf("PgHBA took %+v", bad.CertificateLogins)
+		}
+	}
+}
+
+// TestPgHBACertificateGroup: the group's members log in to any database
+// with a client certificate only: after Tusk's refusals (a membership
+// cannot let the superuser, the monitoring or the probe's role in), before
+// the user's rules and the applications' password rule, and refused over
+// the network otherwise; without TLS it is an error.
+func TestPgHBACertificateGroup(t *testing.T) {
+	text, err := PgHBA(HBAConfig{ReplicationUser: "repl", TLS: true, ReplicationAuth: ReplicationAuthCert,
+		Monitor:           &MonitorLogin{Role: "tusk_monitor", SystemUser: "postgres"},
+		CertificateLogins: []CertificateLogin{{Role: "tusk_probe", Database: "postgres"}},
+		CertificateGroup:  "tusk_cert_login",
+		ExtraRules:        []string{"host all all 10.0.0.0/8 scram-sha-256"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var joined []string
+	for _, r := range records(text) {
+		joined = append(joined, strings.Join(r, " "))
+	}
+	at := func(record string) int {
+		i := slices.Index(joined, record)
+		if i < 0 {
+			t.Fatalf("no record %q in:\n%s", record, strings.Join(joined, "\n"))
+		}
+		return i
+	}
+	cert, refused := at("hostssl all +tusk_cert_login all cert"), at("host all +tusk_cert_login all reject")
+	before := []string{"host all tusk_probe all reject", "host all tusk_monitor all reject", "host all postgres all reject"}
+	after := []string{"host all all 10.0.0.0/8 scram-sha-256", "hostssl all all all scram-sha-256"}
+	for _, r := range before {
+		if at(r) > cert {
+			t.Errorf("%q comes after the group's certificate rule:\n%s", r, strings.Join(joined, "\n"))
+		}
+	}
+	if refused != cert+1 {
+		t.Errorf("the group's refusal is record %d, want %d, right after its certificate rule", refused, cert+1)
+	}
+	for _, r := range after {
+		if at(r) < refused {
+			t.Errorf("%q comes before the group's rules:\n%s", r, strings.Join(joined, "\n"))
+		}
+	}
+	if strings.Count(text, "+tusk_cert_login") != 2 {
+		t.Errorf("the group is named %d times, want 2:\n%s", strings.Count(text, "+tusk_cert_login"), text)
+	}
+
+	none, err := PgHBA(HBAConfig{ReplicationUser: "repl", TLS: true})
+	if err != nil || strings.Contains(none, "tusk_cert_login") {
+		t.Errorf("without a group, pg_hba.conf names it (%v):\n%s", err, none)
+	}
+	for _, bad := range []HBAConfig{
+		{ReplicationUser: "repl", CertificateGroup: "tusk_cert_login"},
+		{ReplicationUser: "repl", TLS: true, CertificateGroup: "all"},
+		{ReplicationUser: "repl", TLS: true, CertificateGroup: "+admins"},
+	} {
+		if _, err := PgHBA(bad); err == nil {
+			t.Errorf("PgHBA took certificate group %q with TLS %v", bad.CertificateGroup, bad.TLS)
 		}
 	}
 }
