@@ -179,7 +179,41 @@ func (ro *reportOptions) addClusterObjects(ctx context.Context, c client.Client,
 		}
 		b.addObject(c, "backups.yaml", ofCluster...)
 	}
+	addSQLObjects(ctx, c, b, cluster)
 	return pods.Items
+}
+
+// addSQLObjects writes the cluster's declarative SQL objects (roles,
+// databases, publications, subscriptions) with their conditions.
+func addSQLObjects(ctx context.Context, c client.Client, b *bundle, cluster *tuskv1alpha1.PostgresCluster) {
+	var roles tuskv1alpha1.PostgresRoleList
+	var databases tuskv1alpha1.PostgresDatabaseList
+	var publications tuskv1alpha1.PostgresPublicationList
+	var subscriptions tuskv1alpha1.PostgresSubscriptionList
+	var ofCluster []client.Object
+	add := func(o client.Object, name string) {
+		if name == cluster.Name {
+			ofCluster = append(ofCluster, o)
+		}
+	}
+	for _, list := range []client.ObjectList{&roles, &databases, &publications, &subscriptions} {
+		if err := c.List(ctx, list, client.InNamespace(cluster.Namespace)); err != nil {
+			b.note("sql.yaml: %v", err)
+		}
+	}
+	for i := range roles.Items {
+		add(&roles.Items[i], roles.Items[i].Spec.Cluster.Name)
+	}
+	for i := range databases.Items {
+		add(&databases.Items[i], databases.Items[i].Spec.Cluster.Name)
+	}
+	for i := range publications.Items {
+		add(&publications.Items[i], publications.Items[i].Spec.Cluster.Name)
+	}
+	for i := range subscriptions.Items {
+		add(&subscriptions.Items[i], subscriptions.Items[i].Spec.Cluster.Name)
+	}
+	b.addObject(c, "sql.yaml", ofCluster...)
 }
 
 // listItems returns a typed list's items as objects.
@@ -380,6 +414,7 @@ func readme(c *tuskv1alpha1.PostgresCluster, since time.Duration, now time.Time,
 	fmt.Fprintf(&s, "Logs since %s (--since %s).\n\n", now.Add(-since).Format(time.RFC3339), since)
 	s.WriteString(`cluster.yaml         the PostgresCluster, status included
 backups.yaml         its PostgresBackups
+sql.yaml             its PostgresRoles, PostgresDatabases, PostgresPublications and PostgresSubscriptions
 pods.yaml            its pods, with their status (what kubectl describe shows)
 volumes.yaml, services.yaml, configmaps.yaml, budgets.yaml, networkpolicies.yaml
 events.txt           Events about the cluster and its objects, oldest first

@@ -47,6 +47,13 @@ func TestReportRedactsEverySecret(t *testing.T) {
 		&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "orders-1.started", Namespace: ns},
 			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "orders-1", Namespace: ns},
 			Reason:         "Started", Type: corev1.EventTypeNormal, Count: 1, LastTimestamp: metav1.Now(), Message: "started"},
+		&tuskv1alpha1.PostgresRole{ObjectMeta: metav1.ObjectMeta{Name: "orders-reader", Namespace: ns},
+			Spec: tuskv1alpha1.PostgresRoleSpec{Cluster: corev1.LocalObjectReference{Name: c.Name}, Name: "reader"}},
+		&tuskv1alpha1.PostgresDatabase{ObjectMeta: metav1.ObjectMeta{Name: "other-db", Namespace: ns},
+			Spec: tuskv1alpha1.PostgresDatabaseSpec{Cluster: corev1.LocalObjectReference{Name: "other"}, Name: "elsewhere", Owner: "x"}},
+		&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "orders-reader.refused", Namespace: ns},
+			InvolvedObject: corev1.ObjectReference{Kind: "PostgresRole", Name: "orders-reader", Namespace: ns},
+			Reason:         "ApplyRefused", Type: corev1.EventTypeWarning, Count: 1, LastTimestamp: metav1.Now(), Message: "refused"},
 		&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "other.event", Namespace: ns},
 			// Another cluster's pod, whose name starts like this one's.
 			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "orders-archive-1", Namespace: ns},
@@ -70,8 +77,9 @@ func TestReportRedactsEverySecret(t *testing.T) {
 	}
 	expect := map[string][]string{
 		"cluster.yaml": {"kind: PostgresCluster", "currentPrimary: orders-1"},
-		"events.txt":   {"Leaky", "the password is [REDACTED]", "the key [REDACTED]", "Pod/orders-1 Started"},
+		"events.txt":   {"Leaky", "the password is [REDACTED]", "the key [REDACTED]", "Pod/orders-1 Started", "PostgresRole/orders-reader ApplyRefused"},
 		"secrets.txt":  {"orders-app (Opaque): password, username"},
+		"sql.yaml":     {"kind: PostgresRole", "name: reader"},
 		"README.txt":   {"logs/orders-1: the pod has no container started", "instances/orders-1.status.json: the postgres container is not running"},
 	}
 	for file, wants := range expect {
@@ -80,6 +88,9 @@ func TestReportRedactsEverySecret(t *testing.T) {
 				t.Errorf("%s lacks %q:\n%s", file, want, files["orders-report/"+file])
 			}
 		}
+	}
+	if strings.Contains(files["orders-report/sql.yaml"], "elsewhere") {
+		t.Error("sql.yaml holds another cluster's database")
 	}
 	if strings.Contains(files["orders-report/events.txt"], "NotAboutIt") {
 		t.Error("events.txt holds an Event about another object")
