@@ -122,7 +122,7 @@ func (r *SQLReconciler) reconcileObject(ctx context.Context, o client.Object) (*
 	}
 	if older, err := r.olderNamesake(ctx, o); err != nil || older != "" {
 		return &sqlApply{reason: tuskv1alpha1.ReasonNameConflict, message: fmt.Sprintf("%s %s already manages %q in the PostgresCluster %s; "+
-			"only the oldest object of a name is applied", r.kind.name, older, r.kind.sqlName(o), c.Name)}, err
+			"only the oldest object of a name is applied", r.kind.name, older, r.kind.sqlName(o), c.Name), retry: sqlRetryRefused}, err
 	}
 	body, err := r.kind.request(ctx, r, o, c)
 	if err != nil {
