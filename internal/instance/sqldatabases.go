@@ -22,17 +22,11 @@ func (m *Manager) ApplyDatabase(ctx context.Context, req instanceapi.DatabaseReq
 	if err := validateDatabaseRequest(req); err != nil {
 		return instanceapi.ApplyResult{}, err
 	}
-	if err := m.checkWritable(); err != nil {
-		return instanceapi.ApplyResult{}, err
-	}
-	conn, err := m.connectToDatabase(ctx, "postgres")
+	conn, err := m.connectWritable(ctx, "postgres")
 	if err != nil {
 		return instanceapi.ApplyResult{}, err
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	if err := checkNotInRecovery(ctx, conn); err != nil {
-		return instanceapi.ApplyResult{}, err
-	}
 	obs, err := observeServer(ctx, conn, req)
 	if err != nil {
 		return instanceapi.ApplyResult{}, err
@@ -67,31 +61,6 @@ func (m *Manager) ApplyDatabase(ctx context.Context, req instanceapi.DatabaseReq
 	return res, m.applyInside(ctx, req.Name, inside, &res)
 }
 
-// checkNotInRecovery refuses (409) a server still in recovery: a replica,
-// or a primary being promoted.
-func checkNotInRecovery(ctx context.Context, conn *pgx.Conn) error {
-	var inRecovery bool
-	if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil {
-		return classifyDatabaseError(fmt.Errorf("while asking whether postgres is in recovery: %w", err))
-	}
-	if inRecovery {
-		return fmt.Errorf("%w: postgres is in recovery", errNotWritable)
-	}
-	return nil
-}
-
-// connectToDatabase opens a superuser session to database over the Unix
-// socket, with the search_path pinned as connect's; the previous
-// superuser password is tried too, as there. A failure means postgres is
-// not up (503).
-func (m *Manager) connectToDatabase(ctx context.Context, database string) (*pgx.Conn, error) {
-	conn, err := m.connectDatabase(ctx, database)
-	if err != nil {
-		return nil, fmt.Errorf("%w: while connecting to database %s: %w", errPostgresDown, database, err)
-	}
-	return conn, nil
-}
-
 // observeServer reads the database's row, its sessions (clients and
 // WAL senders: DROP DATABASE ends autovacuum workers itself), the roles
 // the request names, its template and the image's extensions.
@@ -104,7 +73,7 @@ func observeServer(ctx context.Context, conn *pgx.Conn, req instanceapi.Database
 	case err == nil:
 		obs.database = &db
 	case !errors.Is(err, pgx.ErrNoRows):
-		return obs, classifyDatabaseError(fmt.Errorf("while reading database %s: %w", req.Name, err))
+		return obs, classifyPostgresError(fmt.Errorf("while reading database %s: %w", req.Name, err))
 	}
 	err = conn.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()
@@ -112,11 +81,11 @@ func observeServer(ctx context.Context, conn *pgx.Conn, req instanceapi.Database
 		EXISTS (SELECT FROM pg_database WHERE datname = $2)`, req.Name, req.Template).
 		Scan(&obs.sessions, &obs.templateExists)
 	if err != nil {
-		return obs, classifyDatabaseError(fmt.Errorf("while reading the sessions of database %s: %w", req.Name, err))
+		return obs, classifyPostgresError(fmt.Errorf("while reading the sessions of database %s: %w", req.Name, err))
 	}
-	roles, err := queryStringsArgs(ctx, conn, `SELECT rolname FROM pg_roles WHERE rolname = ANY($1)`, ownerNames(req))
+	roles, err := collectStrings(ctx, conn, `SELECT rolname FROM pg_roles WHERE rolname = ANY($1)`, ownerNames(req))
 	if err != nil {
-		return obs, classifyDatabaseError(fmt.Errorf("while reading the owner roles: %w", err))
+		return obs, classifyPostgresError(fmt.Errorf("while reading the owner roles: %w", err))
 	}
 	for _, r := range roles {
 		obs.roles[r] = true
@@ -132,7 +101,7 @@ func observeServer(ctx context.Context, conn *pgx.Conn, req instanceapi.Database
 		err = collectVersions(rows, obs.available)
 	}
 	if err != nil {
-		return obs, classifyDatabaseError(fmt.Errorf("while reading the available extensions: %w", err))
+		return obs, classifyPostgresError(fmt.Errorf("while reading the available extensions: %w", err))
 	}
 	return obs, nil
 }
@@ -147,21 +116,13 @@ func collectVersions(rows pgx.Rows, into map[string][]string) error {
 	return err
 }
 
-func queryStringsArgs(ctx context.Context, conn *pgx.Conn, sql string, args ...any) ([]string, error) {
-	rows, err := conn.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
-}
-
 // planInside observes the database's extensions and schemas in a session
 // of its own and plans what closes the difference.
 func (m *Manager) planInside(ctx context.Context, req instanceapi.DatabaseRequest) ([]sqlStep, error) {
 	if len(req.Extensions) == 0 && len(req.Schemas) == 0 {
 		return nil, nil
 	}
-	conn, err := m.connectToDatabase(ctx, req.Name)
+	conn, err := m.connectWritable(ctx, req.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +142,7 @@ func observeInside(ctx context.Context, conn *pgx.Conn, req instanceapi.Database
 	obs := databaseObservation{extensions: map[string]observedExtension{}, schemas: map[string]observedSchema{}}
 	if err := conn.QueryRow(ctx, `SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = current_database()`).
 		Scan(&obs.owner); err != nil {
-		return obs, classifyDatabaseError(fmt.Errorf("while reading the database's owner: %w", err))
+		return obs, classifyPostgresError(fmt.Errorf("while reading the database's owner: %w", err))
 	}
 	var name string
 	var ext observedExtension
@@ -193,7 +154,7 @@ func observeInside(ctx context.Context, conn *pgx.Conn, req instanceapi.Database
 		})
 	}
 	if err != nil {
-		return obs, classifyDatabaseError(fmt.Errorf("while reading the extensions: %w", err))
+		return obs, classifyPostgresError(fmt.Errorf("while reading the extensions: %w", err))
 	}
 	var schema observedSchema
 	rows, err = conn.Query(ctx, `SELECT n.nspname, pg_get_userbyid(n.nspowner),
@@ -208,7 +169,7 @@ func observeInside(ctx context.Context, conn *pgx.Conn, req instanceapi.Database
 		})
 	}
 	if err != nil {
-		return obs, classifyDatabaseError(fmt.Errorf("while reading the schemas: %w", err))
+		return obs, classifyPostgresError(fmt.Errorf("while reading the schemas: %w", err))
 	}
 	return obs, nil
 }
@@ -218,7 +179,7 @@ func (m *Manager) applyInside(ctx context.Context, database string, steps []sqlS
 	if len(steps) == 0 {
 		return nil
 	}
-	conn, err := m.connectToDatabase(ctx, database)
+	conn, err := m.connectWritable(ctx, database)
 	if err != nil {
 		return err
 	}
@@ -234,7 +195,7 @@ func (m *Manager) applyInside(ctx context.Context, database string, steps []sqlS
 		return nil
 	})
 	if err != nil {
-		return classifyDatabaseError(fmt.Errorf("while changing the extensions and schemas of database %s (rolled back): %w", database, err))
+		return classifyPostgresError(fmt.Errorf("while changing the extensions and schemas of database %s (rolled back): %w", database, err))
 	}
 	res.Statements += done.Statements
 	res.Changes = append(res.Changes, done.Changes...)
@@ -250,7 +211,7 @@ func runStep(ctx context.Context, log logr.Logger, conn *pgx.Conn, step sqlStep,
 		sql = `SET LOCAL search_path = "$user", public; ` + sql + `; SET LOCAL search_path = pg_catalog`
 	}
 	if _, err := conn.Exec(ctx, sql); err != nil {
-		return classifyDatabaseError(fmt.Errorf("while running %s: %w", step.sql, err))
+		return classifyPostgresError(fmt.Errorf("while running %s: %w", step.sql, err))
 	}
 	res.Statements++
 	res.Changes = append(res.Changes, step.change)

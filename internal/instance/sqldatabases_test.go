@@ -206,11 +206,11 @@ func TestDatabaseErrorStatus(t *testing.T) {
 		{fmt.Errorf("while: %w", refuse("no")), http.StatusUnprocessableEntity},
 		{fmt.Errorf("%w: a replica", errNotWritable), http.StatusConflict},
 		{fmt.Errorf("%w (phase Starting)", errPostgresDown), http.StatusServiceUnavailable},
-		{classifyDatabaseError(&pgconn.PgError{Code: "25006"}), http.StatusConflict},
-		{classifyDatabaseError(&pgconn.PgError{Code: "57P01"}), http.StatusServiceUnavailable},
-		{classifyDatabaseError(fmt.Errorf("while: %w", &pgconn.PgError{Code: "55006"})), http.StatusUnprocessableEntity},
-		{classifyDatabaseError(&pgconn.PgError{Code: "2BP01"}), http.StatusUnprocessableEntity},
-		{classifyDatabaseError(&pgconn.PgError{Code: "XX000"}), http.StatusInternalServerError},
+		{classifyPostgresError(&pgconn.PgError{Code: "25006"}), http.StatusConflict},
+		{classifyPostgresError(&pgconn.PgError{Code: "57P01"}), http.StatusServiceUnavailable},
+		{classifyPostgresError(fmt.Errorf("while: %w", &pgconn.PgError{Code: "55006"})), http.StatusUnprocessableEntity},
+		{classifyPostgresError(&pgconn.PgError{Code: "2BP01"}), http.StatusUnprocessableEntity},
+		{classifyPostgresError(&pgconn.PgError{Code: "XX000"}), http.StatusInternalServerError},
 		{errors.New("boom"), http.StatusInternalServerError},
 	}
 	for _, tt := range tests {

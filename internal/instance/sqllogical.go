@@ -266,7 +266,7 @@ func (m *Manager) runLogicalSteps(ctx context.Context, conn execer, database str
 			if explain != nil {
 				err = explain(err)
 			}
-			return res, classifyStatementError(err)
+			return res, classifyPostgresError(err)
 		}
 		res.Statements++
 		res.Changes = append(res.Changes, s.change)
@@ -310,24 +310,6 @@ func (m *Manager) connectDatabase(ctx context.Context, database string) (*pgx.Co
 // maxIdentifierLength is PostgreSQL's NAMEDATALEN-1: it truncates longer
 // names, which would then never match the request's.
 const maxIdentifierLength = 63
-
-// classifyStatementError turns the error of a failed statement into a
-// refusal (422) when PostgreSQL refused it as it stands, into
-// logicalUnavailable (503) when the server is going away, and leaves
-// anything else (out of resources, an internal error) as it is.
-func classifyStatementError(err error) error {
-	pgErr, ok := errors.AsType[*pgconn.PgError](err)
-	if !ok {
-		return err
-	}
-	switch pgErr.Code[:2] {
-	case "08", "57":
-		return fmt.Errorf("%w: %w", errPostgresDown, err)
-	case "53", "58", "XX":
-		return err
-	}
-	return &refusal{reason: err.Error()}
-}
 
 // Slots reports the primary's logical replication slots: its
 // subscribers', and how much WAL each holds back.

@@ -281,10 +281,10 @@ func TestLogicalStatusCode(t *testing.T) {
 		errNotWritable: http.StatusConflict,
 		fmt.Errorf("while applying: %w", &refusal{reason: "no"}):     http.StatusUnprocessableEntity,
 		fmt.Errorf("%w: %w", errPostgresDown, errors.New("refused")): http.StatusServiceUnavailable,
-		classifyStatementError(&pgconn.PgError{Code: "42P01"}):       http.StatusUnprocessableEntity,
-		classifyStatementError(&pgconn.PgError{Code: "57P01"}):       http.StatusServiceUnavailable,
-		classifyStatementError(&pgconn.PgError{Code: "53100"}):       http.StatusInternalServerError,
-		classifyStatementError(errors.New("unexpected EOF")):         http.StatusInternalServerError,
+		classifyPostgresError(&pgconn.PgError{Code: "42P01"}):        http.StatusUnprocessableEntity,
+		classifyPostgresError(&pgconn.PgError{Code: "57P01"}):        http.StatusServiceUnavailable,
+		classifyPostgresError(&pgconn.PgError{Code: "53100"}):        http.StatusInternalServerError,
+		classifyPostgresError(errors.New("unexpected EOF")):          http.StatusInternalServerError,
 	} {
 		if got := applyStatus(err); got != want {
 			t.Errorf("applyStatus(%v) = %d, want %d", err, got, want)

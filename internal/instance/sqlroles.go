@@ -63,7 +63,7 @@ func (m *Manager) ApplyRole(ctx context.Context, req instanceapi.RoleRequest) (i
 		return instanceapi.ApplyResult{}, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return instanceapi.ApplyResult{}, fmt.Errorf("while committing the changes to role %s: %w", req.Name, refusedByPostgres(err))
+		return instanceapi.ApplyResult{}, fmt.Errorf("while committing the changes to role %s: %w", req.Name, classifyPostgresError(err))
 	}
 	return res, nil
 }
@@ -121,7 +121,7 @@ func (m *Manager) runIn(ctx context.Context, db, role string, plan []statement, 
 func (m *Manager) execStatement(ctx context.Context, tx pgx.Tx, role string, s statement, res *instanceapi.ApplyResult) error {
 	m.log.Info(s.action, "role", role, "change", s.change)
 	if _, err := tx.Exec(ctx, s.sql); err != nil {
-		return fmt.Errorf("while applying role %s (%s): %w", role, s.change, refusedByPostgres(err))
+		return fmt.Errorf("while applying role %s (%s): %w", role, s.change, classifyPostgresError(err))
 	}
 	res.Statements++
 	res.Changes = append(res.Changes, s.change)
@@ -243,8 +243,14 @@ func readOwnership(ctx context.Context, tx pgx.Tx, oid uint32, obs *observedRole
 	return nil
 }
 
-func collectStrings(ctx context.Context, tx pgx.Tx, sql string, args ...any) ([]string, error) {
-	rows, err := tx.Query(ctx, sql, args...)
+// querier is a session or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// collectStrings runs a query of one text column and returns its values.
+func collectStrings(ctx context.Context, q querier, sql string, args ...any) ([]string, error) {
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}

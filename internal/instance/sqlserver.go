@@ -127,21 +127,29 @@ func (m *Manager) connectWritable(ctx context.Context, database string) (*pgx.Co
 	return conn, nil
 }
 
-// refusedByPostgres turns PostgreSQL's refusals of a request's content (an
-// unknown parameter, a value it rejects) into a refusal; other errors are
-// returned as they are.
-func refusedByPostgres(err error) error {
+// classifyPostgresError maps what PostgreSQL, or the session to it, said
+// of a statement to the apply's errors: a read-only server is no writable
+// primary (409); a session that broke, or a server going away, is
+// postgres not up (503); running out of resources or an internal error
+// stays what it is (500); anything else PostgreSQL refused in the
+// request itself (an unknown parameter or object, one in use or depended
+// upon, an invalid value) is a refusal (422). A statement's transaction
+// was rolled back. Verifiers are redacted from the refusal's text.
+func classifyPostgresError(err error) error {
 	pgErr, ok := errors.AsType[*pgconn.PgError](err)
 	if !ok {
+		if pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+			return fmt.Errorf("%w: %w", errPostgresDown, err)
+		}
 		return err
 	}
-	switch pgErr.Code {
-	case "42704", "22023", "55P02", "42501", "2BP01", "22P02", "22007", "22008":
-		// undefined_object, invalid_parameter_value,
-		// cant_change_runtime_param, insufficient_privilege,
-		// dependent_objects_still_exist, invalid_text_representation,
-		// invalid_datetime_format, datetime_field_overflow
-		return &refusal{reason: redactVerifiers(err.Error())}
+	switch class := pgErr.Code[:2]; {
+	case pgErr.Code == "25006": // read_only_sql_transaction
+		return fmt.Errorf("%w: %w", errNotWritable, err)
+	case class == "08" || class == "57": // connection exception, operator intervention
+		return fmt.Errorf("%w: %w", errPostgresDown, err)
+	case class == "53" || class == "58" || class == "XX": // resources, system, internal
+		return err
 	}
-	return err
+	return &refusal{reason: redactVerifiers(err.Error())}
 }
