@@ -7,9 +7,12 @@
 #                                     cluster's containerd, or `kind load` them
 #   hack/images.sh images [IMAGE...]  build, then load when KUBECONFIG points at
 #                                     the local cluster or kind (`make images`)
+#   hack/images.sh rootfs MAJOR       print the path of the PostgreSQL MAJOR root
+#                                     filesystem tarball (the upgrade tests run
+#                                     pg_upgrade in them), building it if needed
 #
-# IMAGE: operator postgres-15 postgres-17 pause coredns minio prometheus
-# (default: operator postgres-15 postgres-17; minio is the S3 server the
+# IMAGE: operator postgres-15 postgres-17 postgres-18 pause coredns minio
+# prometheus (default: operator postgres-15 postgres-17 postgres-18; minio is the S3 server the
 # backup e2e tests run in the cluster, prometheus the server the monitoring
 # e2e test runs). Images are written by hack/imagebuild
 # (go-containerregistry, the library behind crane). PostgreSQL root
@@ -25,7 +28,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 root=$(repo_root)
 
-DEFAULT_IMAGES=(operator postgres-15 postgres-17)
+DEFAULT_IMAGES=(operator postgres-15 postgres-17 postgres-18)
 OPERATOR_TAG=tusk/operator:dev
 PAUSE_TAG=tusk/pause:dev
 COREDNS_TAG=tusk/coredns:1.15.0
@@ -73,10 +76,13 @@ pg_rootfs() {
 }
 
 debootstrap_pg() {
-  local suite=$1 major=$2 out=$3 dir
+  local suite=$1 major=$2 out=$3 dir script=()
   dir=$(mktemp -d "$TUSK_CACHE_DIR/rootfs/build.XXXX")
+  # A debootstrap older than the suite has no script of that name; Debian's
+  # testing suite is built like sid.
+  [ -e "/usr/share/debootstrap/scripts/$suite" ] || script=(/usr/share/debootstrap/scripts/sid)
   log "Running debootstrap $suite + postgresql-$major (2 to 10 minutes)"
-  if ! debootstrap --variant=minbase --include="postgresql-$major" "$suite" "$dir" "$(debian_mirror)" >"$dir.log" 2>&1; then
+  if ! debootstrap --variant=minbase --include="postgresql-$major" "$suite" "$dir" "$(debian_mirror)" "${script[@]}" >"$dir.log" 2>&1; then
     unmount_under "$dir" # debootstrap mounts /proc and /sys in the target
     die "debootstrap $suite failed: see $dir.log"
   fi
@@ -150,16 +156,26 @@ build_minio() { build_static minio "$MINIO_TAG" "$("$here/install-minio.sh")" /m
 
 build_prometheus() { build_static prometheus "$PROMETHEUS_TAG" "$("$here/install-prometheus.sh")/prometheus" /prometheus; }
 
+# pg_suite MAJOR prints the Debian suite whose postgresql-MAJOR Tusk's
+# image of that major is built from.
+pg_suite() {
+  case $1 in
+    15) echo bookworm ;;
+    17) echo trixie ;;
+    18) echo forky ;;
+    *) die "no PostgreSQL $1 image: want 15, 17 or 18." ;;
+  esac
+}
+
 build_one() {
   case $1 in
     operator) build_operator ;;
-    postgres-15) build_postgres bookworm 15 ;;
-    postgres-17) build_postgres trixie 17 ;;
+    postgres-*) build_postgres "$(pg_suite "${1#postgres-}")" "${1#postgres-}" ;;
     pause) build_pause ;;
     coredns) build_coredns ;;
     minio) build_minio ;;
     prometheus) build_prometheus ;;
-    *) die "unknown image $1: want operator, postgres-15, postgres-17, pause, coredns, minio or prometheus." ;;
+    *) die "unknown image $1: want operator, postgres-15, postgres-17, postgres-18, pause, coredns, minio or prometheus." ;;
   esac
 }
 
@@ -214,6 +230,7 @@ main() {
   case $cmd in
     build) for i in "${images[@]}"; do build_one "$i"; done ;;
     load) load_all "$(load_target)" "${images[@]}" ;;
+    rootfs) pg_rootfs "$(pg_suite "${images[0]:-}")" "${images[0]:-}" ;;
     images)
       local target
       target=$(load_target)
@@ -224,7 +241,7 @@ main() {
         load_all "$target" "${images[@]}"
       fi
       ;;
-    *) die "usage: $0 build|load|images [IMAGE...]" ;;
+    *) die "usage: $0 build|load|images [IMAGE...] or $0 rootfs MAJOR" ;;
   esac
 }
 

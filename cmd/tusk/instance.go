@@ -33,7 +33,7 @@ func newInstanceCommand() *cobra.Command {
 		Short: "The instance manager, PID 1 of every PostgreSQL pod",
 	}
 	cmd.AddCommand(newInstanceRunCommand(), newBootstrapCopyCommand(), newWALArchiveCommand(), newWALRestoreCommand(),
-		newBackupCommand(), newRestoreCommand(), newInstanceStatusCommand())
+		newBackupCommand(), newRestoreCommand(), newInstanceStatusCommand(), newCopyBinariesCommand(), newUpgradeCommand())
 	return cmd
 }
 
