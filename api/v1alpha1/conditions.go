@@ -21,6 +21,18 @@ const (
 	ConditionScheduledBackups = "ScheduledBackups"
 	// ConditionBackupRetention is true when retention last ran to the end.
 	ConditionBackupRetention = "BackupRetention"
+	// ConditionMajorUpgrade is true while a major version upgrade runs; it
+	// stays false afterwards with the reason of how the last one ended
+	// (MajorUpgradeFailed says why, on the old major).
+	ConditionMajorUpgrade = "MajorUpgrade"
+)
+
+// Reasons of a PostgresCluster's MajorUpgrade condition (and Progressing,
+// while one runs).
+const (
+	ReasonMajorUpgradeRunning   = "MajorUpgradeRunning"
+	ReasonMajorUpgradeFailed    = "MajorUpgradeFailed"
+	ReasonMajorUpgradeSucceeded = "MajorUpgradeSucceeded"
 )
 
 // Reasons of a PostgresCluster's Ready, Progressing and Degraded

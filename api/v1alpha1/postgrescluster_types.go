@@ -23,12 +23,13 @@ type PostgresClusterSpec struct {
 	// Image is the container image with the PostgreSQL server binaries
 	// (initdb, postgres, pg_ctl, pg_basebackup, pg_rewind) on PATH or under
 	// /usr/lib/postgresql/<major>/bin. Tusk needs nothing else inside it.
-	// Changing it rolls the instances over one at a time; the PostgreSQL
-	// major version in its tag cannot change (that is a major upgrade).
+	// Changing it rolls the instances over one at a time. A newer
+	// PostgreSQL major version in its tag starts a major upgrade
+	// (spec.upgrade, docs/upgrades.md); an older one is refused.
 	// +kubebuilder:default="postgres:17"
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
-	// +kubebuilder:validation:XValidation:rule="self.find(':[0-9]+([.][0-9]+)*(-[^/:@]*)?(@|$)') == '' || oldSelf.find(':[0-9]+([.][0-9]+)*(-[^/:@]*)?(@|$)') == '' || self.find(':[0-9]+([.][0-9]+)*(-[^/:@]*)?(@|$)').find('[0-9]+') == oldSelf.find(':[0-9]+([.][0-9]+)*(-[^/:@]*)?(@|$)').find('[0-9]+')",message="image cannot change the PostgreSQL major version: that needs a major upgrade (pg_upgrade), which is not an image swap; create a new cluster with bootstrap.clone instead"
+	// +kubebuilder:validation:XValidation:rule="self.find(':[0-9]+([.][0-9]+)*(-[^/:@]*)?(@|$)') == '' || oldSelf.find(':[0-9]+([.][0-9]+)*(-[^/:@]*)?(@|$)') == '' || int(self.find(':[0-9]+([.][0-9]+)*(-[^/:@]*)?(@|$)').find('[0-9]+')) >= int(oldSelf.find(':[0-9]+([.][0-9]+)*(-[^/:@]*)?(@|$)').find('[0-9]+'))",message="image cannot go to an older PostgreSQL major version: pg_upgrade only goes forward; to go back, restore a backup taken before the upgrade into a new cluster (bootstrap.recovery)"
 	// +optional
 	// +kubebuilder:validation:Pattern=`^\S+$`
 	Image string `json:"image,omitempty"`
@@ -91,6 +92,11 @@ type PostgresClusterSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +optional
 	PostgresGID *int64 `json:"postgresGID,omitempty"`
+
+	// Upgrade says how a major version upgrade runs. One starts when
+	// spec.image names a newer major than the data's.
+	// +optional
+	Upgrade *UpgradeSpec `json:"upgrade,omitempty"`
 
 	// HighAvailability tunes the primary's Lease, which decides how soon a
 	// primary that is cut off is replaced. Unset: a 10s Lease renewed every
@@ -508,6 +514,68 @@ type S3CredentialsSecret struct {
 	SecretAccessKeyKey string `json:"secretAccessKeyKey,omitempty"`
 }
 
+// UpgradeSpec says how a major version upgrade runs.
+type UpgradeSpec struct {
+	// Mode is how pg_upgrade carries the data files into the new major's
+	// data directory: link (hard links: fast, no extra space; the old
+	// directory stays usable until the new server is committed to), copy
+	// (as much free space again as the data; the old directory is never
+	// touched) or clone (copy-on-write, on filesystems that have it).
+	// +kubebuilder:validation:Enum=link;copy;clone
+	// +kubebuilder:default=link
+	// +optional
+	Mode string `json:"mode,omitempty"`
+}
+
+// MajorUpgradePhase is how far a major upgrade is.
+// +kubebuilder:validation:Enum=StoppingReplicas;Upgrading;RollingBack;CloningReplicas;Succeeded;Failed
+type MajorUpgradePhase string
+
+// The phases of a major upgrade.
+const (
+	// MajorUpgradeStoppingReplicas: the replicas' pods are removed (their
+	// volumes stay until the upgrade is committed).
+	MajorUpgradeStoppingReplicas MajorUpgradePhase = "StoppingReplicas"
+	// MajorUpgradeUpgrading: the primary's pod runs the new image, which
+	// upgrades its data directory with pg_upgrade before starting.
+	MajorUpgradeUpgrading MajorUpgradePhase = "Upgrading"
+	// MajorUpgradeRollingBack: the upgrade failed before the new server
+	// took a write; the primary goes back to the old image on its old,
+	// untouched data directory.
+	MajorUpgradeRollingBack MajorUpgradePhase = "RollingBack"
+	// MajorUpgradeCloningReplicas: the primary runs the new major; the
+	// replicas' old volumes are replaced by copies of it.
+	MajorUpgradeCloningReplicas MajorUpgradePhase = "CloningReplicas"
+	// MajorUpgradeSucceeded: done.
+	MajorUpgradeSucceeded MajorUpgradePhase = "Succeeded"
+	// MajorUpgradeFailed: rolled back; the cluster runs the old image
+	// until spec.image changes again.
+	MajorUpgradeFailed MajorUpgradePhase = "Failed"
+)
+
+// MajorUpgradeStatus is the current or last major upgrade.
+type MajorUpgradeStatus struct {
+	// Attempt names this attempt, for the instance manager.
+	Attempt string `json:"attempt"`
+	// FromImage and ToImage are the images before and after.
+	FromImage string `json:"fromImage"`
+	ToImage   string `json:"toImage"`
+	// FromMajor and ToMajor are the PostgreSQL major versions.
+	FromMajor int32 `json:"fromMajor"`
+	ToMajor   int32 `json:"toMajor"`
+	// Mode is pg_upgrade's transfer mode for this attempt.
+	Mode string `json:"mode,omitempty"`
+	// Phase is how far it is.
+	Phase MajorUpgradePhase `json:"phase"`
+	// Message says, for humans, what it does or why it failed.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// StartedAt and FinishedAt bound it.
+	StartedAt metav1.Time `json:"startedAt"`
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+}
+
 // PostgresClusterStatus is what Tusk last observed of the cluster.
 type PostgresClusterStatus struct {
 	// ObservedGeneration is the spec generation this status describes.
@@ -548,6 +616,15 @@ type PostgresClusterStatus struct {
 	// instance names (<cluster>-<serial>) are never reused.
 	// +optional
 	LastInstanceSerial int32 `json:"lastInstanceSerial,omitempty"`
+
+	// PostgresMajor is the PostgreSQL major version of the cluster's data,
+	// as its primary reports it.
+	// +optional
+	PostgresMajor int32 `json:"postgresMajor,omitempty"`
+
+	// MajorUpgrade is the current or last major version upgrade.
+	// +optional
+	MajorUpgrade *MajorUpgradeStatus `json:"majorUpgrade,omitempty"`
 
 	// Instances is the last report of each instance. An instance that does
 	// not answer keeps the role, timeline and LSN it last reported: after
@@ -817,3 +894,10 @@ type NetworkPolicySpec struct {
 	// +kubebuilder:validation:MaxItems=32
 	MetricsFrom []networkingv1.NetworkPolicyPeer `json:"metricsFrom,omitempty"`
 }
+
+// AnnotationRetryUpgrade on a PostgresCluster whose major upgrade failed
+// starts it again when its value is the failed attempt's name
+// (status.majorUpgrade.attempt): after fixing the cause outside the spec,
+// such as a prepared transaction. A change of spec.image starts a new
+// upgrade without it.
+const AnnotationRetryUpgrade = "tusk.dev/retry-upgrade"

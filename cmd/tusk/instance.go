@@ -21,6 +21,7 @@ import (
 
 	"tusk.dev/tusk/internal/instance"
 	"tusk.dev/tusk/internal/instance/pgbin"
+	"tusk.dev/tusk/internal/instance/pgupgrade"
 	"tusk.dev/tusk/internal/instance/supervisor"
 	"tusk.dev/tusk/internal/instanceapi"
 	"tusk.dev/tusk/internal/objectstore"
@@ -38,15 +39,17 @@ func newInstanceCommand() *cobra.Command {
 }
 
 type instanceFlags struct {
-	opts       instance.Options
-	role       string
-	roleFile   string
-	kubeconfig string
-	binDir     string
-	configFile string
-	archive    archiveFlags
-	recovery   recoveryFlags
-	clone      instance.CloneOptions
+	opts        instance.Options
+	role        string
+	roleFile    string
+	kubeconfig  string
+	binDir      string
+	configFile  string
+	archive     archiveFlags
+	recovery    recoveryFlags
+	clone       instance.CloneOptions
+	upgrade     instance.UpgradeOptions
+	upgradeMode string
 }
 
 // storeFlags name an object store location: --<prefix>-endpoint, -bucket,
@@ -220,6 +223,9 @@ func newInstanceRunCommand() *cobra.Command {
 	f.recovery.add(fl)
 	fl.StringVar(&f.clone.Source.Host, "clone-host", "", "primary of another cluster a new primary copies (pg_basebackup over TLS) instead of running initdb; no cloning when empty")
 	fl.IntVar(&f.clone.Source.Port, "clone-port", 5432, "port of the clone source")
+	fl.StringVar(&f.upgrade.OldCopy, "upgrade-from", "", "where the old major's server was copied (tusk instance copy-binaries): upgrade an older data directory to this image's major before starting; no upgrade when empty")
+	fl.StringVar(&f.upgradeMode, "upgrade-mode", string(pgupgrade.ModeLink), "how the upgrade carries data files: link, copy or clone")
+	fl.StringVar(&f.upgrade.Attempt, "upgrade-attempt", "", "the operator's name for this upgrade attempt: a failed attempt is not run again under the same name")
 	fl.StringVar(&f.clone.TLSDir, "clone-tls-dir", "", "directory with the clone source's replication client certificate (tls.crt, tls.key) and its CA (ca.crt)")
 	return cmd
 }
@@ -246,6 +252,10 @@ func (f *instanceFlags) complete() error {
 	}
 	if f.clone.Source.Host != "" {
 		f.opts.Clone = &f.clone
+	}
+	if f.upgrade.OldCopy != "" {
+		f.upgrade.Mode = pgupgrade.Mode(f.upgradeMode)
+		f.opts.Upgrade = &f.upgrade
 	}
 	if f.opts.Lease.Name != "" {
 		cfg, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)

@@ -187,7 +187,7 @@ func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1
 		// Promotion waits for the old primary's Lease to expire.
 		return ctrl.Result{RequeueAfter: min(p.failover.wait+leaseExpiryMargin, pollChanging)}, nil
 	}
-	if p.creating || p.scaling || p.switching || p.switched || p.failover.underway || p.rollout.pending || v.readyCount() < len(v.members) {
+	if p.creating || p.scaling || p.switching || p.switched || p.failover.underway || p.rollout.pending || p.upgrading || v.readyCount() < len(v.members) {
 		return ctrl.Result{RequeueAfter: pollChanging}, nil
 	}
 	return ctrl.Result{RequeueAfter: pollSettled}, nil
@@ -198,6 +198,11 @@ func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1
 func (r *ClusterReconciler) reconcileMembers(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, ic *instanceClient) (progress, error) {
 	var p progress
 	var err error
+	// A major upgrade stops, replaces and brings back instances on its
+	// own terms: no failover, scaling or rollout meanwhile.
+	if p.upgrading, err = r.reconcileMajorUpgrade(ctx, c, v); err != nil || p.upgrading {
+		return p, err
+	}
 	if c.Status.CurrentPrimary != "" {
 		// Before anything else: a failed primary's pod must not be
 		// recreated while a replica can take over.

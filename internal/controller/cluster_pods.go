@@ -117,7 +117,7 @@ func bootstrapContainer(managerImage string) corev1.Container {
 func postgresContainer(c *tuskv1alpha1.PostgresCluster) corev1.Container {
 	return corev1.Container{
 		Name:            instanceapi.PostgresContainer,
-		Image:           c.Spec.Image,
+		Image:           imageToRun(c),
 		ImagePullPolicy: c.Spec.ImagePullPolicy,
 		Command:         append([]string{instanceapi.ManagerBinary, "instance", "run"}, instanceArgs(c)...),
 		Env: []corev1.EnvVar{

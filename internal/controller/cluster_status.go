@@ -23,6 +23,7 @@ type progress struct {
 	rollout     rollout // outdated instances
 	syncDegrade bool    // fewer standbys stream than the quorum wants
 	failover    failover
+	upgrading   bool // a major upgrade owns the instances
 }
 
 // setStatus records what was observed: every instance's report, the
@@ -36,6 +37,10 @@ func setStatus(c *tuskv1alpha1.PostgresCluster, v *view, p progress) {
 	st.Instances = instanceStatuses(c, v)
 	st.ReadyInstances = int32(v.readyCount()) //nolint:gosec // at most spec.instances (16) plus a few being removed
 	st.Archive = archiveStatus(c, v)
+	recordPostgresMajor(c, v)
+	if cond, ok := majorUpgradeCondition(c); ok {
+		setCondition(c, cond)
+	}
 	progressing := progressingCondition(c, v, p)
 	degraded := degradedCondition(c, v, p)
 	setCondition(c, progressing)
@@ -110,6 +115,10 @@ func progressingCondition(c *tuskv1alpha1.PostgresCluster, v *view, p progress) 
 		return recovering
 	}
 	switch {
+	case p.upgrading:
+		u := c.Status.MajorUpgrade
+		cond.Reason = tuskv1alpha1.ReasonMajorUpgradeRunning
+		cond.Message = fmt.Sprintf("Upgrading PostgreSQL %d to %d (%s): %s", u.FromMajor, u.ToMajor, u.Phase, u.Message)
 	case p.creating && p.adopting != "":
 		cond.Reason, cond.Message = tuskv1alpha1.ReasonAdoptingVolumes, p.adopting
 	case p.creating:
@@ -275,4 +284,37 @@ func markSwitched(c *tuskv1alpha1.PostgresCluster) {
 func setCondition(c *tuskv1alpha1.PostgresCluster, cond metav1.Condition) {
 	cond.ObservedGeneration = c.Generation
 	meta.SetStatusCondition(&c.Status.Conditions, cond)
+}
+
+// recordPostgresMajor keeps the major version the primary reports, except
+// while an upgrade changes it (the upgrade records the new one itself).
+func recordPostgresMajor(c *tuskv1alpha1.PostgresCluster, v *view) {
+	if upgradeUnderway(c) {
+		return
+	}
+	if primary := v.member(c.Status.CurrentPrimary); primary != nil && primary.ready() {
+		if major := reportedMajor(primary.status); major > 0 {
+			c.Status.PostgresMajor = major
+		}
+	}
+}
+
+// majorUpgradeCondition is the MajorUpgrade condition of the current or
+// last upgrade; ok is false when the cluster never had one.
+func majorUpgradeCondition(c *tuskv1alpha1.PostgresCluster) (metav1.Condition, bool) {
+	u := c.Status.MajorUpgrade
+	if u == nil {
+		return metav1.Condition{}, false
+	}
+	cond := metav1.Condition{Type: tuskv1alpha1.ConditionMajorUpgrade, Status: metav1.ConditionFalse, Message: u.Message}
+	switch u.Phase {
+	case tuskv1alpha1.MajorUpgradeSucceeded:
+		cond.Reason = tuskv1alpha1.ReasonMajorUpgradeSucceeded
+	case tuskv1alpha1.MajorUpgradeFailed:
+		cond.Reason = tuskv1alpha1.ReasonMajorUpgradeFailed
+	default:
+		cond.Status, cond.Reason = metav1.ConditionTrue, tuskv1alpha1.ReasonMajorUpgradeRunning
+		cond.Message = fmt.Sprintf("%s, PostgreSQL %d to %d: %s", u.Phase, u.FromMajor, u.ToMajor, u.Message)
+	}
+	return cond, true
 }

@@ -394,12 +394,20 @@ const maxCloneWait = 10 * time.Second
 // runTool runs one of PostgreSQL's programs, logging its output, and returns
 // an error that quotes the end of that output.
 func (m *Manager) runTool(ctx context.Context, name string, env []string, args ...string) error {
-	cmd := exec.CommandContext(ctx, filepath.Join(m.opts.BinDir, name), args...) //nolint:gosec // PostgreSQL's own programs
-	cmd.Env = append(os.Environ(), env...)
+	_, err := m.runToolIn(ctx, "", append(os.Environ(), env...), filepath.Join(m.opts.BinDir, name), args...)
+	return err
+}
+
+// runToolIn runs program in dir with exactly env, through the reaper,
+// logs its output and returns it; an error quotes the end of it.
+func (m *Manager) runToolIn(ctx context.Context, dir string, env []string, program string, args ...string) (string, error) {
+	name := filepath.Base(program)
+	cmd := exec.CommandContext(ctx, program, args...) //nolint:gosec // PostgreSQL's own programs
+	cmd.Dir, cmd.Env = dir, env
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := m.reaper.Start(cmd); err != nil {
-		return fmt.Errorf("while starting %s: %w", name, err)
+		return "", fmt.Errorf("while starting %s: %w", name, err)
 	}
 	err := m.reaper.Wait(cmd)
 	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
@@ -408,9 +416,9 @@ func (m *Manager) runTool(ctx context.Context, name string, env []string, args .
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("%s failed (%w): %s", name, err, lastLines(out.String(), 3))
+		return out.String(), fmt.Errorf("%s failed (%w): %s", name, err, lastLines(out.String(), 3))
 	}
-	return nil
+	return out.String(), nil
 }
 
 func lastLines(s string, n int) string {

@@ -92,6 +92,9 @@ type Options struct {
 	// initdb; nil otherwise. Replicas and existing data directories
 	// ignore it.
 	Clone *CloneOptions
+	// Upgrade, when set, upgrades an older major's data directory to the
+	// image's before postgres starts (a major upgrade's primary).
+	Upgrade *UpgradeOptions
 	// LogFields, when the logger adds them (LogFields.WrapCore), learn
 	// the current timeline from the manager; nil otherwise.
 	LogFields *LogFields
@@ -143,7 +146,10 @@ func (b Backoff) next(d time.Duration) time.Duration {
 // Manager runs one PostgreSQL instance.
 type Manager struct {
 	opts Options
-	log  logr.Logger // logger "manager"
+	// postUpgradeSQL is what pg_upgrade left to run once the upgraded
+	// server is up (extension updates); guarded by mu.
+	postUpgradeSQL string
+	log            logr.Logger // logger "manager"
 	// pgLog is the logger PostgreSQL's own records go to (as "postgres").
 	pgLog logr.Logger
 	// logPipes carry PostgreSQL's jsonlog (15 and later); nil while not
@@ -244,6 +250,8 @@ type state struct {
 	// dataDir is what pg_control said of an existing data directory at
 	// start (recordDataDirState); nil for one the manager created.
 	dataDir *instanceapi.DataDirState
+	// upgrade is the major upgrade this start ran or runs; nil for none.
+	upgrade *instanceapi.UpgradeStatus
 }
 
 // operation is work that must not overlap with supervision: role changes,
@@ -362,7 +370,12 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer m.closeLogPipes() // after postgres stopped
 	defer close(m.stopped)  // before the HTTP server stops: waiting handlers give up
 
-	if err := m.prepare(ctx); err != nil {
+	if err := m.prepare(ctx); errors.Is(err, errUpgradeFailed) {
+		// Postgres stays stopped; the status says why until the operator
+		// replaces the pod with the old major's image.
+		<-ctx.Done()
+		return nil
+	} else if err != nil {
 		m.setError(err)
 		return err
 	}
@@ -380,6 +393,9 @@ func (m *Manager) prepare(ctx context.Context) error {
 	}
 	if m.fencedByHandAtStart(ctx) {
 		return nil
+	}
+	if err := m.resolveUpgrade(ctx); err != nil {
+		return err
 	}
 	return m.prepareDataDir(ctx)
 }

@@ -36,6 +36,7 @@ func (m *Manager) managerStatus() instanceapi.Status {
 		DataDirBytes: m.dataDirSize(),
 		Recovery:     st.recovery,
 		DataDir:      st.dataDir,
+		Upgrade:      st.upgrade,
 	}
 	if st.role == instanceapi.RoleReplica {
 		status.Diverged = m.postmasterDiverged()

@@ -124,6 +124,13 @@ const (
 	// PhaseCrashed: postgres exited unexpectedly and will be restarted
 	// after a backoff; LastError says why it stopped.
 	PhaseCrashed Phase = "Crashed"
+	// PhaseUpgrading: the data directory is being upgraded to the image's
+	// major version (pg_upgrade); Status.Upgrade says how far.
+	PhaseUpgrading Phase = "Upgrading"
+	// PhaseUpgradeFailed: the upgrade failed and was rolled back (or, if
+	// Status.Upgrade says not, could not be); postgres stays stopped until
+	// the pod runs the old major's image again.
+	PhaseUpgradeFailed Phase = "UpgradeFailed"
 )
 
 // Status is one instance's report, served on GET /status.
@@ -194,6 +201,9 @@ type Status struct {
 	Archive *ArchiveStatus `json:"archive,omitempty"`
 	// Recovery is the progress of a recovery bootstrap; nil otherwise.
 	Recovery *RecoveryStatus `json:"recovery,omitempty"`
+	// Upgrade is the major upgrade this instance ran or runs; nil when
+	// it was started without one.
+	Upgrade *UpgradeStatus `json:"upgrade,omitempty"`
 	// Restarts counts unexpected postgres exits the manager recovered from.
 	Restarts int `json:"restarts,omitempty"`
 	// CrashStreak counts the unexpected exits in a row, each within 30 s of
@@ -212,6 +222,23 @@ type Status struct {
 	// changed it. The operator compares them to choose the primary among
 	// volumes kept from a deleted cluster. Nil until the manager looked.
 	DataDir *DataDirState `json:"dataDir,omitempty"`
+}
+
+// UpgradeStatus is a major upgrade of the data directory.
+type UpgradeStatus struct {
+	// Attempt is the operator's name for this attempt (--upgrade-attempt).
+	Attempt string `json:"attempt"`
+	// From and To are the major versions.
+	From int `json:"from,omitempty"`
+	To   int `json:"to,omitempty"`
+	// Step is the upgrade's last step (pgupgrade's Step, or Committed
+	// once the new server took over the data directory).
+	Step string `json:"step,omitempty"`
+	// Failed says the attempt failed; Reason says where and why, and
+	// RolledBack whether the old data directory is back in place.
+	Failed     bool   `json:"failed,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+	RolledBack bool   `json:"rolledBack,omitempty"`
 }
 
 // DataDirState is what pg_control says of a data directory.

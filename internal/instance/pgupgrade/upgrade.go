@@ -74,6 +74,9 @@ type Plan struct {
 	Superuser string
 	// Jobs is pg_upgrade's --jobs; 1 when zero.
 	Jobs int
+	// VerifyOptions are added to the new server's command line at its
+	// first start (Verify), such as "-c archive_mode=off".
+	VerifyOptions []string
 	// Run runs a program; RunCommand when nil.
 	Run Runner
 	Log logr.Logger
@@ -340,7 +343,7 @@ func Verify(ctx context.Context, p Plan) (err error) {
 	if st == nil || st.Step != StepSwapped {
 		return errors.New("no upgraded data directory is waiting to be verified")
 	}
-	if err := p.startServer(ctx, p.NewBinDir, p.DataDir); err != nil {
+	if err := p.startServer(ctx, p.NewBinDir, p.DataDir, p.VerifyOptions...); err != nil {
 		return p.fail("the first start of the new server", err)
 	}
 	defer func() {

@@ -1,0 +1,208 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+)
+
+// upgradeTimeout bounds one major upgrade of a small cluster here: the
+// replicas stop, the primary's pod is replaced and runs pg_upgrade, the
+// replicas are copied again.
+const upgradeTimeout = 10 * time.Minute
+
+// longTier skips a test that make e2e-long runs, too long for CI's budget.
+func longTier(t *testing.T) {
+	t.Helper()
+	if os.Getenv("TUSK_E2E_LONG") != "1" {
+		t.Skip("in the long tier: make e2e-long runs it")
+	}
+}
+
+// waitUpgrade waits until the cluster's upgrade attempt other than
+// previous ends in want, and returns the cluster then. An attempt that
+// ends otherwise fails the test with its message.
+func waitUpgrade(t *testing.T, ns, name, previous string, want tuskv1alpha1.MajorUpgradePhase) *tuskv1alpha1.PostgresCluster {
+	t.Helper()
+	var pgc *tuskv1alpha1.PostgresCluster
+	eventuallyEvery(t, upgradeTimeout, time.Second, fmt.Sprintf("the upgrade of %s to end %s", name, want), func(ctx context.Context) (bool, error) {
+		var err error
+		if pgc, err = getCluster(ctx, ns, name); err != nil {
+			return false, err
+		}
+		u := pgc.Status.MajorUpgrade
+		if u == nil || u.Attempt == previous {
+			return false, fmt.Errorf("no new upgrade attempt yet")
+		}
+		switch u.Phase {
+		case want:
+			return true, nil
+		case tuskv1alpha1.MajorUpgradeSucceeded, tuskv1alpha1.MajorUpgradeFailed:
+			t.Fatalf("the upgrade ended %s, want %s: %s", u.Phase, want, u.Message)
+		}
+		return false, fmt.Errorf("%s: %s", u.Phase, u.Message)
+	})
+	u := pgc.Status.MajorUpgrade
+	t.Logf("upgrade %s, PostgreSQL %d to %d, %s after %.0fs: %s", u.Attempt, u.FromMajor, u.ToMajor, u.Phase,
+		u.FinishedAt.Sub(u.StartedAt.Time).Seconds(), u.Message)
+	return pgc
+}
+
+// checkMajor checks that the cluster serves major through -rw, says so in
+// status, and that every pod runs image.
+func checkMajor(t *testing.T, ns, name string, major int, image string) {
+	t.Helper()
+	if got := psql(t, ns, name+"-rw", "SELECT current_setting('server_version_num')::int / 10000"); got != strconv.Itoa(major) {
+		t.Fatalf("%s-rw serves PostgreSQL %s, want %d", name, got, major)
+	}
+	if got := mustGetCluster(t, ns, name).Status.PostgresMajor; got != int32(major) {
+		t.Errorf("status.postgresMajor is %d, want %d", got, major)
+	}
+	for _, p := range mustClusterPods(t, ns, name) {
+		if got := containerImage(&p); got != image {
+			t.Errorf("pod %s runs %s, want %s", p.Name, got, image)
+		}
+	}
+}
+
+// checkUpgradeCondition checks the MajorUpgrade condition's reason and
+// that its message says what it should.
+func checkUpgradeCondition(t *testing.T, pgc *tuskv1alpha1.PostgresCluster, reason, says string) {
+	t.Helper()
+	cond := meta.FindStatusCondition(pgc.Status.Conditions, tuskv1alpha1.ConditionMajorUpgrade)
+	if cond == nil || cond.Reason != reason || !strings.Contains(cond.Message, says) {
+		t.Errorf("condition MajorUpgrade is %+v, want reason %s saying %q", cond, reason, says)
+	}
+}
+
+// TestMajorUpgrade: a two-instance cluster on PostgreSQL 15 with data and
+// an extension is asked for 17 while a prepared transaction is open: the
+// pre-check refuses, the cluster comes back Ready on 15 with every row and
+// a condition that says why. Once the transaction is committed, the retry
+// annotation runs the upgrade again: 17 serves every row and the extension,
+// and the replica is a fresh copy streaming on 17.
+func TestMajorUpgrade(t *testing.T) {
+	ns := newNamespace(t)
+	const name = "upg"
+	pgc := newCluster(ns, name, 2)
+	pgc.Spec.PostgreSQL.Parameters = map[string]tuskv1alpha1.ParameterValue{"max_prepared_transactions": "2"}
+	createCluster(t, pgc, "")
+	waitReadyCondition(t, ns, name)
+	waitHealthy(t, ns, name, 2, time.Minute)
+	startSQLClient(t, ns, name)
+	psql(t, ns, name+"-rw", "CREATE TABLE lifecycle (id int PRIMARY KEY)")
+	insertRows(t, ns, name, 1, 1000)
+	primary := mustGetCluster(t, ns, name).Status.CurrentPrimary
+	instanceSQL(t, ns, name, primary, "CREATE EXTENSION pgcrypto")
+	instanceSQL(t, ns, name, primary, "BEGIN; INSERT INTO lifecycle VALUES (0); PREPARE TRANSACTION 'open'")
+
+	patchClusterSpec(t, ns, name, map[string]any{"image": "tusk/postgres:17"})
+	failed := waitUpgrade(t, ns, name, "", tuskv1alpha1.MajorUpgradeFailed)
+	checkUpgradeCondition(t, failed, tuskv1alpha1.ReasonMajorUpgradeFailed, "prepared transactions are open: open")
+	waitHealthy(t, ns, name, 2, 3*time.Minute)
+	checkMajor(t, ns, name, 15, testImage)
+	waitRowsEverywhere(t, ns, name, 1000)
+
+	primary = mustGetCluster(t, ns, name).Status.CurrentPrimary
+	instanceSQL(t, ns, name, primary, "COMMIT PREPARED 'open'")
+	annotateCluster(t, ns, name, tuskv1alpha1.AnnotationRetryUpgrade, failed.Status.MajorUpgrade.Attempt)
+	done := waitUpgrade(t, ns, name, failed.Status.MajorUpgrade.Attempt, tuskv1alpha1.MajorUpgradeSucceeded)
+	checkUpgradeCondition(t, done, tuskv1alpha1.ReasonMajorUpgradeSucceeded, "Upgraded to PostgreSQL 17")
+	waitHealthy(t, ns, name, 2, 3*time.Minute)
+	checkMajor(t, ns, name, 17, "tusk/postgres:17")
+	checkUpgradedData(t, ns, name, 1001)
+}
+
+// checkUpgradedData checks after an upgrade that the rows (ids 0..rows-1)
+// and the extension are there, and that a new write reaches every instance.
+func checkUpgradedData(t *testing.T, ns, name string, rows int) {
+	t.Helper()
+	if got := psql(t, ns, name+"-rw", "SELECT count(*) || ' ' || sum(id) FROM lifecycle"); got != fmt.Sprintf("%d %d", rows, rows*(rows-1)/2) {
+		t.Fatalf("lifecycle holds %s after the upgrade, want %d rows", got, rows)
+	}
+	if got := psql(t, ns, name+"-rw", "SELECT count(*) FROM pg_extension WHERE extname = 'pgcrypto'"); got != "1" {
+		t.Errorf("pgcrypto is not there after the upgrade (%s)", got)
+	}
+	insertRows(t, ns, name, rows, rows+99)
+	waitRowsEverywhere(t, ns, name, rows+100)
+}
+
+func annotateCluster(t *testing.T, ns, name, key, value string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := kubectl(ctx, "annotate", "-n", ns, "pgc/"+name, "--overwrite", key+"="+value); err != nil {
+		t.Fatalf("kubectl annotate pgc/%s %s=%s: %v\n%s", name, key, value, err, out)
+	}
+}
+
+// TestMajorUpgradeChain (long tier): a three-instance cluster goes from 15
+// to 17 and on to 18 by two changes of spec.image, every row and the
+// extension carried, its replicas copied again on each major.
+func TestMajorUpgradeChain(t *testing.T) {
+	longTier(t)
+	ns := newNamespace(t)
+	const name = "chain"
+	createCluster(t, newCluster(ns, name, 3), "")
+	waitReadyCondition(t, ns, name)
+	waitHealthy(t, ns, name, 3, time.Minute)
+	startSQLClient(t, ns, name)
+	psql(t, ns, name+"-rw", "CREATE TABLE lifecycle (id int PRIMARY KEY)")
+	insertRows(t, ns, name, 0, 9999)
+	instanceSQL(t, ns, name, mustGetCluster(t, ns, name).Status.CurrentPrimary, "CREATE EXTENSION pgcrypto")
+	rows, previous := 10000, ""
+	for _, major := range []int{17, 18} {
+		image := fmt.Sprintf("tusk/postgres:%d", major)
+		patchClusterSpec(t, ns, name, map[string]any{"image": image})
+		previous = waitUpgrade(t, ns, name, previous, tuskv1alpha1.MajorUpgradeSucceeded).Status.MajorUpgrade.Attempt
+		waitHealthy(t, ns, name, 3, 3*time.Minute)
+		checkMajor(t, ns, name, major, image)
+		checkUpgradedData(t, ns, name, rows)
+		rows += 100
+	}
+}
+
+// TestMajorUpgradeNewServerFails (long tier): a shared_preload_libraries
+// entry the new image lacks (adminpack left PostgreSQL in 17) passes
+// pg_upgrade but stops the new server's first start: the upgrade rolls
+// back on the volume and the cluster serves PostgreSQL 15 again with every
+// row; without it, the retry succeeds.
+func TestMajorUpgradeNewServerFails(t *testing.T) {
+	longTier(t)
+	ns := newNamespace(t)
+	const name = "upfail"
+	pgc := newCluster(ns, name, 2)
+	pgc.Spec.PostgreSQL.Parameters = map[string]tuskv1alpha1.ParameterValue{"shared_preload_libraries": "adminpack"}
+	createCluster(t, pgc, "")
+	waitReadyCondition(t, ns, name)
+	waitHealthy(t, ns, name, 2, time.Minute)
+	startSQLClient(t, ns, name)
+	psql(t, ns, name+"-rw", "CREATE TABLE lifecycle (id int PRIMARY KEY)")
+	insertRows(t, ns, name, 0, 99)
+
+	patchClusterSpec(t, ns, name, map[string]any{"image": "tusk/postgres:17"})
+	failed := waitUpgrade(t, ns, name, "", tuskv1alpha1.MajorUpgradeFailed)
+	checkUpgradeCondition(t, failed, tuskv1alpha1.ReasonMajorUpgradeFailed, "the first start of the new server")
+	checkUpgradeCondition(t, failed, tuskv1alpha1.ReasonMajorUpgradeFailed, "adminpack")
+	waitHealthy(t, ns, name, 2, 3*time.Minute)
+	checkMajor(t, ns, name, 15, testImage)
+	waitRowsEverywhere(t, ns, name, 100)
+
+	patchClusterSpec(t, ns, name, map[string]any{"postgresql": map[string]any{"parameters": map[string]any{"shared_preload_libraries": nil}}})
+	waitHealthy(t, ns, name, 2, 3*time.Minute)
+	annotateCluster(t, ns, name, tuskv1alpha1.AnnotationRetryUpgrade, failed.Status.MajorUpgrade.Attempt)
+	waitUpgrade(t, ns, name, failed.Status.MajorUpgrade.Attempt, tuskv1alpha1.MajorUpgradeSucceeded)
+	waitHealthy(t, ns, name, 2, 3*time.Minute)
+	checkMajor(t, ns, name, 17, "tusk/postgres:17")
+	checkUpgradedData(t, ns, name, 100)
+}
