@@ -114,6 +114,11 @@ fuzz: ## Run each fuzz target for FUZZTIME inputs (40000x by default, as CI does
 		echo "== $${t#*:} took $$(( $$(date +%s) - start )) s"; \
 	done
 
+.PHONY: bench-upgrade
+bench-upgrade: ## Upgrade figures (docs/upgrades.md): each step of an upgrade from 15 to 17 of about 1 GiB, link and copy modes; as root.
+	TUSK_PG_ROOTFS_15=$$(hack/images.sh rootfs 15) TUSK_PG_ROOTFS_17=$$(hack/images.sh rootfs 17) \
+		go test -tags integration -run '^$$' -bench Upgrade1GiB -benchtime 1x -timeout 30m ./test/upgrade/
+
 .PHONY: bench-operator
 bench-operator: ## The operator's live heap before and after 2,000 Secrets of 64 KiB that are not Tusk's (it must not grow with them).
 	go test -tags integration -run '^$$' -bench OperatorMemory -benchtime 1x ./test/operator/

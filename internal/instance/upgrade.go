@@ -54,6 +54,11 @@ func (m *Manager) resolveUpgrade(ctx context.Context) error {
 		}
 		st = nil
 	}
+	if st != nil && st.Step == pgupgrade.StepCommitted {
+		// The new server ran: only the old directory's removal was left.
+		m.log.Info("Finishing the commit of an upgrade", "from", st.From, "to", st.To)
+		return pgupgrade.Commit(m.opts.DataDir)
+	}
 	dataMajor := dataDirMajor(m.opts.DataDir)
 	if st == nil {
 		switch {
@@ -69,6 +74,9 @@ func (m *Manager) resolveUpgrade(ctx context.Context) error {
 	}
 	if m.opts.Upgrade == nil {
 		return fmt.Errorf("an upgrade to PostgreSQL %d is unfinished on this volume and the pod has no old server to finish it with", st.To)
+	}
+	if st != nil {
+		dataMajor = st.From
 	}
 	return m.upgrade(ctx, dataMajor)
 }

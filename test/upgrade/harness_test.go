@@ -55,7 +55,7 @@ type image struct {
 
 // newImage unpacks the root filesystem of major (TUSK_PG_ROOTFS_<major>,
 // set by make integration from hack/images.sh rootfs) and puts tusk in it.
-func newImage(t *testing.T, major int) image {
+func newImage(t testing.TB, major int) image {
 	t.Helper()
 	requireRoot(t)
 	tarball := os.Getenv(fmt.Sprintf("TUSK_PG_ROOTFS_%d", major))
@@ -85,7 +85,7 @@ func newImage(t *testing.T, major int) image {
 }
 
 // mkdir creates dir in the image, owned by its postgres user.
-func (img image) mkdir(t *testing.T, dir string) {
+func (img image) mkdir(t testing.TB, dir string) {
 	t.Helper()
 	if err := os.MkdirAll(img.path(dir), 0o700); err != nil {
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func (img image) mkdir(t *testing.T, dir string) {
 	img.chown(t, dir)
 }
 
-func (img image) chown(t *testing.T, dir string) {
+func (img image) chown(t testing.TB, dir string) {
 	t.Helper()
 	if out, err := exec.Command("chown", "-R", img.owner, img.path(dir)).CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -118,7 +118,7 @@ func (img image) command(ctx context.Context, args ...string) *exec.Cmd {
 }
 
 // run runs args in the image and returns their combined output.
-func (img image) run(t *testing.T, args ...string) (string, error) {
+func (img image) run(t testing.TB, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -129,7 +129,7 @@ func (img image) run(t *testing.T, args ...string) (string, error) {
 	return string(out), nil
 }
 
-func (img image) mustRun(t *testing.T, args ...string) string {
+func (img image) mustRun(t testing.TB, args ...string) string {
 	t.Helper()
 	out, err := img.run(t, args...)
 	if err != nil {
@@ -145,14 +145,14 @@ const (
 )
 
 // initdb creates a primary's data directory as Tusk's bootstrap does.
-func (img image) initdb(t *testing.T) {
+func (img image) initdb(t testing.TB) {
 	t.Helper()
 	img.mustRun(t, img.bin("initdb"), "-D", pgdata, "--username=postgres", "--auth=trust", "--encoding=UTF8", "--locale=C",
 		"--data-checksums", "--no-instructions")
 }
 
 // server runs fn while the server of binDir runs on pgdata, privately.
-func (img image) server(t *testing.T, binDir string, fn func(sql func(string) string)) {
+func (img image) server(t testing.TB, binDir string, fn func(sql func(string) string)) {
 	t.Helper()
 	img.mustRun(t, binDir+"/pg_ctl", "start", "--wait", "-D", pgdata, "-l", "/data/server.log",
 		"-o", "-c listen_addresses='' -c unix_socket_directories=/tmp -c max_prepared_transactions=5")
@@ -164,7 +164,7 @@ func (img image) server(t *testing.T, binDir string, fn func(sql func(string) st
 }
 
 // upgrade runs one step of `tusk instance upgrade` in the image.
-func (img image) upgrade(t *testing.T, step string, extra ...string) (string, error) {
+func (img image) upgrade(t testing.TB, step string, extra ...string) (string, error) {
 	t.Helper()
 	return img.run(t, append([]string{"/tusk", "instance", "upgrade", step, "--pgdata", pgdata, "--old-copy", oldCopy}, extra...)...)
 }
@@ -172,7 +172,7 @@ func (img image) upgrade(t *testing.T, step string, extra ...string) (string, er
 // moveData moves the data directory (and the old server's copy, when
 // there is one) from one image into another, as a volume moves from the
 // old pod to the new one, owned by the new image's postgres user.
-func moveData(t *testing.T, from, to image) {
+func moveData(t testing.TB, from, to image) {
 	t.Helper()
 	if err := os.RemoveAll(to.path("/data")); err != nil {
 		t.Fatal(err)
@@ -186,7 +186,7 @@ func moveData(t *testing.T, from, to image) {
 
 // copyOldServer runs copy-binaries in old into a volume, and puts that
 // volume into img as a pod's shared emptyDir would be.
-func copyOldServer(t *testing.T, old, img image) {
+func copyOldServer(t testing.TB, old, img image) {
 	t.Helper()
 	_ = os.RemoveAll(old.path(oldCopy))
 	old.mkdir(t, oldCopy)
@@ -202,7 +202,7 @@ func copyOldServer(t *testing.T, old, img image) {
 
 // assertOldDirectoryBack checks that nothing of an upgrade is left and the
 // old major's directory is in place.
-func assertOldDirectoryBack(t *testing.T, img image, major int) {
+func assertOldDirectoryBack(t testing.TB, img image, major int) {
 	t.Helper()
 	version, err := os.ReadFile(img.path(pgdata + "/PG_VERSION"))
 	if err != nil {
@@ -218,7 +218,7 @@ func assertOldDirectoryBack(t *testing.T, img image, major int) {
 	}
 }
 
-func requireRoot(t *testing.T) {
+func requireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		missing(t, errors.New("the upgrade tests run images in chroots, which needs root"))
@@ -227,7 +227,7 @@ func requireRoot(t *testing.T) {
 
 // missing fails under CI=true, which provides everything, and skips with
 // the reason elsewhere.
-func missing(t *testing.T, err error) {
+func missing(t testing.TB, err error) {
 	t.Helper()
 	if os.Getenv("CI") == "true" {
 		t.Fatal(err)
