@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -111,7 +112,11 @@ func withUpgrade(pod *corev1.Pod, u *tuskv1alpha1.MajorUpgradeStatus) {
 			{Name: oldServerVolume, MountPath: oldServerMount},
 		},
 		SecurityContext: containerSecurityContext(),
-		Resources:       spec.InitContainers[0].Resources,
+		// It copies about 80 MB of files; page cache is charged to it.
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},
+		},
 	})
 	ctr := &spec.Containers[0]
 	ctr.Image = u.ToImage

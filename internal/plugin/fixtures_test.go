@@ -67,3 +67,16 @@ func degradedCluster() *tuskv1alpha1.PostgresCluster {
 	st.Conditions[2].Status, st.Conditions[2].Reason, st.Conditions[2].Message = metav1.ConditionFalse, tuskv1alpha1.ReasonInstancesNotReady, "Not ready: [orders-3 (Crashed)]"
 	return c
 }
+
+// upgradeFailedCluster is healthyCluster after a failed major upgrade.
+func upgradeFailedCluster() *tuskv1alpha1.PostgresCluster {
+	c := healthyCluster()
+	c.Spec.Image = "postgres:17"
+	c.Status.PostgresMajor = 15
+	c.Status.MajorUpgrade = &tuskv1alpha1.MajorUpgradeStatus{
+		Attempt: "17-1795780800", FromImage: "postgres:15", ToImage: "postgres:17", FromMajor: 15, ToMajor: 17, Mode: "link",
+		Phase:   tuskv1alpha1.MajorUpgradeFailed,
+		Message: "The upgrade failed at the pre-checks: prepared transactions are open: pending (database app); commit or roll them back first; the old data directory is back in place; the cluster runs postgres:15 again",
+	}
+	return c
+}

@@ -28,11 +28,32 @@ func renderStatus(w io.Writer, c *tuskv1alpha1.PostgresCluster) error {
 	if st := c.Status; st.TargetPrimary != "" && st.TargetPrimary != st.CurrentPrimary {
 		fmt.Fprintf(tw, "\nSwitchover under way: the primary moves from %s to %s.\n", orNone(st.CurrentPrimary), st.TargetPrimary)
 	}
+	renderMajorUpgrade(tw, c)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	_, err := io.WriteString(w, trimLines(buf.String()))
 	return err
+}
+
+// renderMajorUpgrade says what a major upgrade under way does, or why the
+// last one failed and how to run it again.
+func renderMajorUpgrade(w io.Writer, c *tuskv1alpha1.PostgresCluster) {
+	u := c.Status.MajorUpgrade
+	if u == nil {
+		return
+	}
+	switch u.Phase {
+	case tuskv1alpha1.MajorUpgradeSucceeded:
+	case tuskv1alpha1.MajorUpgradeFailed:
+		fmt.Fprintf(w, "\nThe upgrade to PostgreSQL %d (%s) failed and was rolled back: %s\n", u.ToMajor, u.ToImage, u.Message)
+		if u.ToImage == c.Spec.Image {
+			fmt.Fprintf(w, "Fix the cause, then run it again: kubectl annotate pgc %s -n %s --overwrite %s=%s\n",
+				c.Name, c.Namespace, tuskv1alpha1.AnnotationRetryUpgrade, u.Attempt)
+		}
+	default:
+		fmt.Fprintf(w, "\nMajor upgrade under way, PostgreSQL %d to %d (%s): %s.\n", u.FromMajor, u.ToMajor, u.Phase, u.Message)
+	}
 }
 
 // trimLines drops the padding tabwriter leaves after an empty last column.

@@ -39,10 +39,11 @@ func TestRenderStatusGolden(t *testing.T) {
 	empty := &tuskv1alpha1.PostgresCluster{}
 	empty.Name, empty.Namespace, empty.Spec.Instances = "fresh", "shop", 1
 	for name, c := range map[string]*tuskv1alpha1.PostgresCluster{
-		"status-healthy":   healthyCluster(),
-		"status-switching": switchingCluster(),
-		"status-degraded":  degradedCluster(),
-		"status-new":       empty,
+		"status-healthy":        healthyCluster(),
+		"status-switching":      switchingCluster(),
+		"status-degraded":       degradedCluster(),
+		"status-new":            empty,
+		"status-upgrade-failed": upgradeFailedCluster(),
 	} {
 		t.Run(name, func(t *testing.T) {
 			var out bytes.Buffer
