@@ -570,6 +570,10 @@ type MajorUpgradeStatus struct {
 	// Message says, for humans, what it does or why it failed.
 	// +optional
 	Message string `json:"message,omitempty"`
+	// PreviousArchiveSubdirectory is status.archiveSubdirectory before
+	// this upgrade, put back by a rollback.
+	// +optional
+	PreviousArchiveSubdirectory string `json:"previousArchiveSubdirectory,omitempty"`
 	// StartedAt and FinishedAt bound it.
 	StartedAt metav1.Time `json:"startedAt"`
 	// +optional
@@ -625,6 +629,13 @@ type PostgresClusterStatus struct {
 	// MajorUpgrade is the current or last major version upgrade.
 	// +optional
 	MajorUpgrade *MajorUpgradeStatus `json:"majorUpgrade,omitempty"`
+
+	// ArchiveSubdirectory is where, under the backup location, the
+	// cluster's WAL and backups go since its last major upgrade: pg_upgrade
+	// makes a new database system, which needs a location of its own; the
+	// backups from before stay where they were, restorable.
+	// +optional
+	ArchiveSubdirectory string `json:"archiveSubdirectory,omitempty"`
 
 	// Instances is the last report of each instance. An instance that does
 	// not answer keeps the role, timeline and LSN it last reported: after

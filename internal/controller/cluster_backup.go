@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strings"
 	"context"
 	"time"
 	"unicode/utf8"
@@ -45,12 +46,17 @@ func credentialKeys(s tuskv1alpha1.S3CredentialsSecret) (id, secret string) {
 // unless spec.backup.objectStore.path says otherwise. The namespace is
 // part of it so that two clusters of the same name in two namespaces that
 // share a bucket never share a location (each one's retention would prune
-// the other's backups).
+// the other's backups). After a major upgrade, the new database system
+// archives into a subdirectory of it (status.archiveSubdirectory).
 func archivePath(c *tuskv1alpha1.PostgresCluster) string {
-	if p := c.Spec.Backup.ObjectStore.Path; p != "" {
-		return p
+	base := c.Spec.Backup.ObjectStore.Path
+	if base == "" {
+		base = c.Namespace + "/" + c.Name
 	}
-	return c.Namespace + "/" + c.Name
+	if sub := c.Status.ArchiveSubdirectory; sub != "" {
+		return strings.TrimRight(base, "/") + "/" + sub
+	}
+	return base
 }
 
 // legacyArchivePath is where a backup whose status records no path was

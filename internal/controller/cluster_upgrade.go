@@ -189,10 +189,14 @@ func (r *ClusterReconciler) startMajorUpgrade(ctx context.Context, c *tuskv1alph
 	return true, nil
 }
 
-// setUpgradePhase moves the upgrade on, with an Event.
+// setUpgradePhase moves the upgrade on, with an Event. A rollback puts
+// the old system's archive location back.
 func (r *ClusterReconciler) setUpgradePhase(ctx context.Context, c *tuskv1alpha1.PostgresCluster, phase tuskv1alpha1.MajorUpgradePhase, message string) error {
 	u := c.Status.MajorUpgrade
 	u.Phase, u.Message = phase, message
+	if phase == tuskv1alpha1.MajorUpgradeRollingBack {
+		c.Status.ArchiveSubdirectory = u.PreviousArchiveSubdirectory
+	}
 	eventType, reason := corev1.EventTypeNormal, tuskv1alpha1.ReasonMajorUpgradeRunning
 	switch phase {
 	case tuskv1alpha1.MajorUpgradeSucceeded, tuskv1alpha1.MajorUpgradeFailed:
@@ -230,8 +234,16 @@ func (r *ClusterReconciler) stopReplicasForUpgrade(ctx context.Context, c *tuskv
 	if running > 0 {
 		return nil
 	}
-	return r.setUpgradePhase(ctx, c, tuskv1alpha1.MajorUpgradeUpgrading,
-		fmt.Sprintf("Upgrading the primary %s's data directory with pg_upgrade", c.Status.CurrentPrimary))
+	message := fmt.Sprintf("Upgrading the primary %s's data directory with pg_upgrade", c.Status.CurrentPrimary)
+	if c.Spec.Backup != nil {
+		// pg_upgrade makes a new database system: its WAL must not mix
+		// with the old one's, whose backups stay restorable where they are.
+		u := c.Status.MajorUpgrade
+		u.PreviousArchiveSubdirectory = c.Status.ArchiveSubdirectory
+		c.Status.ArchiveSubdirectory = "pg" + u.Attempt
+		message += "; WAL and backups of PostgreSQL " + strconv.Itoa(int(u.ToMajor)) + " go to " + archivePath(c)
+	}
+	return r.setUpgradePhase(ctx, c, tuskv1alpha1.MajorUpgradeUpgrading, message)
 }
 
 // upgradePrimary replaces the primary's pod with the upgrade attempt's and

@@ -98,3 +98,18 @@ func TestWithUpgrade(t *testing.T) {
 		t.Errorf("the old server's copy is not restricted: %+v", inits[1].SecurityContext)
 	}
 }
+
+// After a major upgrade the new database system archives beside the old
+// one's location, never into it.
+func TestArchivePathAfterAnUpgrade(t *testing.T) {
+	c := backupCluster()
+	base := archivePath(c)
+	c.Status.ArchiveSubdirectory = "pg17-1795780800"
+	if got, want := archivePath(c), base+"/pg17-1795780800"; got != want {
+		t.Errorf("archivePath = %s, want %s", got, want)
+	}
+	c.Spec.Backup.ObjectStore.Path = "shop/orders/"
+	if got, want := archivePath(c), "shop/orders/pg17-1795780800"; got != want {
+		t.Errorf("with a path of the user's: %s, want %s", got, want)
+	}
+}
