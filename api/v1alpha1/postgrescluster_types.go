@@ -528,11 +528,15 @@ type UpgradeSpec struct {
 }
 
 // MajorUpgradePhase is how far a major upgrade is.
-// +kubebuilder:validation:Enum=StoppingReplicas;Upgrading;RollingBack;CloningReplicas;Succeeded;Failed
+// +kubebuilder:validation:Enum=BackingUp;StoppingReplicas;Upgrading;RollingBack;CloningReplicas;Succeeded;Failed
 type MajorUpgradePhase string
 
 // The phases of a major upgrade.
 const (
+	// MajorUpgradeBackingUp: with spec.backup, a PostgresBackup is taken
+	// first (status.majorUpgrade.backup): after the new server's first
+	// write, it is the way back. The cluster serves meanwhile.
+	MajorUpgradeBackingUp MajorUpgradePhase = "BackingUp"
 	// MajorUpgradeStoppingReplicas: the replicas' pods are removed (their
 	// volumes stay until the upgrade is committed).
 	MajorUpgradeStoppingReplicas MajorUpgradePhase = "StoppingReplicas"
@@ -570,6 +574,10 @@ type MajorUpgradeStatus struct {
 	// Message says, for humans, what it does or why it failed.
 	// +optional
 	Message string `json:"message,omitempty"`
+	// Backup is the PostgresBackup taken before the upgrade, with
+	// spec.backup; it stays in the old system's location.
+	// +optional
+	Backup string `json:"backup,omitempty"`
 	// PreviousArchiveSubdirectory is status.archiveSubdirectory before
 	// this upgrade, put back by a rollback.
 	// +optional

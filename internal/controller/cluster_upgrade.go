@@ -9,6 +9,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -67,15 +69,15 @@ func imageToRun(c *tuskv1alpha1.PostgresCluster) string {
 	u := c.Status.MajorUpgrade
 	if u != nil && u.ToImage == c.Spec.Image {
 		switch u.Phase {
-		case tuskv1alpha1.MajorUpgradeStoppingReplicas, tuskv1alpha1.MajorUpgradeRollingBack, tuskv1alpha1.MajorUpgradeFailed:
+		case tuskv1alpha1.MajorUpgradeBackingUp, tuskv1alpha1.MajorUpgradeStoppingReplicas, tuskv1alpha1.MajorUpgradeRollingBack,
+			tuskv1alpha1.MajorUpgradeFailed:
 			return u.FromImage
 		}
 	}
 	return c.Spec.Image
 }
 
-// upgradeUnderway says a major upgrade owns the instances: nothing else
-// (failover, scaling, rollout) may touch them.
+// upgradeUnderway says a major upgrade runs (its backup included).
 func upgradeUnderway(c *tuskv1alpha1.PostgresCluster) bool {
 	u := c.Status.MajorUpgrade
 	if u == nil {
@@ -140,6 +142,9 @@ func (r *ClusterReconciler) reconcileMajorUpgrade(ctx context.Context, c *tuskv1
 	}
 	u := c.Status.MajorUpgrade
 	switch u.Phase {
+	case tuskv1alpha1.MajorUpgradeBackingUp:
+		// The cluster serves, fails over and heals as usual meanwhile.
+		return false, r.backUpBeforeUpgrade(ctx, c)
 	case tuskv1alpha1.MajorUpgradeStoppingReplicas:
 		return true, r.stopReplicasForUpgrade(ctx, c, v)
 	case tuskv1alpha1.MajorUpgradeUpgrading:
@@ -179,6 +184,11 @@ func (r *ClusterReconciler) startMajorUpgrade(ctx context.Context, c *tuskv1alph
 		FromImage: primary.pod.Spec.Containers[0].Image, ToImage: c.Spec.Image, FromMajor: from, ToMajor: to, Mode: mode,
 		Phase: tuskv1alpha1.MajorUpgradeStoppingReplicas, StartedAt: now,
 		Message: "Stopping the replicas; their volumes stay until the upgrade is committed",
+	}
+	if c.Spec.Backup != nil {
+		u := c.Status.MajorUpgrade
+		u.Phase, u.Backup = tuskv1alpha1.MajorUpgradeBackingUp, c.Name+"-pre-upgrade-"+u.Attempt
+		u.Message = "Taking the backup " + u.Backup + ": after the new server's first write, it is the way back"
 	}
 	if err := r.writeStatus(ctx, c); err != nil {
 		c.Status.MajorUpgrade = nil
@@ -352,4 +362,42 @@ func (r *ClusterReconciler) recloneReplicasAfterUpgrade(ctx context.Context, c *
 	took := time.Since(c.Status.MajorUpgrade.StartedAt.Time).Round(time.Second)
 	return r.setUpgradePhase(ctx, c, tuskv1alpha1.MajorUpgradeSucceeded,
 		fmt.Sprintf("Upgraded to PostgreSQL %d in %s; new replicas are copied from the primary", c.Status.MajorUpgrade.ToMajor, took))
+}
+
+// backUpBeforeUpgrade takes the PostgresBackup of the upgrade and moves on
+// once it completed; a failed one ends the upgrade before anything
+// changed. Like a scheduled backup it is labelled with the cluster, not
+// owned by it, and the retention never prunes it: it stays in the old
+// system's location.
+func (r *ClusterReconciler) backUpBeforeUpgrade(ctx context.Context, c *tuskv1alpha1.PostgresCluster) error {
+	u := c.Status.MajorUpgrade
+	b := &tuskv1alpha1.PostgresBackup{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: u.Backup}, b)
+	if apierrors.IsNotFound(err) {
+		b = &tuskv1alpha1.PostgresBackup{
+			ObjectMeta: metav1.ObjectMeta{Name: u.Backup, Namespace: c.Namespace, Labels: clusterLabels(c)},
+			Spec:       tuskv1alpha1.PostgresBackupSpec{Cluster: corev1.LocalObjectReference{Name: c.Name}},
+		}
+		if err := r.Create(ctx, b); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("while creating the backup before the upgrade: %w", err)
+		}
+		r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonMajorUpgradeRunning, "Upgrade", "Created PostgresBackup %s before the upgrade", u.Backup)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	switch b.Status.Phase {
+	case tuskv1alpha1.BackupPhaseCompleted:
+		return r.setUpgradePhase(ctx, c, tuskv1alpha1.MajorUpgradeStoppingReplicas,
+			fmt.Sprintf("Backed up to %s (restorable into a PostgreSQL %d cluster); stopping the replicas", u.Backup, u.FromMajor))
+	case tuskv1alpha1.BackupPhaseFailed:
+		why := "see its conditions"
+		if cond := meta.FindStatusCondition(b.Status.Conditions, tuskv1alpha1.ConditionReady); cond != nil {
+			why = cond.Message
+		}
+		return r.setUpgradePhase(ctx, c, tuskv1alpha1.MajorUpgradeFailed,
+			fmt.Sprintf("The backup %s before the upgrade failed (%s); nothing was changed", u.Backup, why))
+	}
+	return nil
 }
