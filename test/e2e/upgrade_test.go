@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
@@ -205,4 +206,61 @@ func TestMajorUpgradeNewServerFails(t *testing.T) {
 	waitHealthy(t, ns, name, 2, 3*time.Minute)
 	checkMajor(t, ns, name, 17, "tusk/postgres:17")
 	checkUpgradedData(t, ns, name, 100)
+}
+
+// TestMajorUpgradeWithBackups (long tier): with spec.backup, the upgrade
+// takes a backup first; the upgraded system archives into a subdirectory
+// of its own (the location's claim holds, archiving never fails) and takes
+// backups there; the backup from before restores into a new PostgreSQL 15
+// cluster with exactly the rows it had.
+func TestMajorUpgradeWithBackups(t *testing.T) {
+	longTier(t)
+	ns := newNamespace(t)
+	s3 := startS3(t, ns)
+	const name = "bk"
+	pgc := newCluster(ns, name, 2)
+	pgc.Spec.Backup = &tuskv1alpha1.BackupSpec{ObjectStore: s3.ObjectStore("")}
+	createCluster(t, pgc, "")
+	waitHealthy(t, ns, name, 2, clusterCreateTimeout)
+	startSQLClient(t, ns, name)
+	psql(t, ns, name+"-rw", "CREATE TABLE lifecycle (id int PRIMARY KEY)")
+	insertRows(t, ns, name, 1, 100)
+
+	patchClusterSpec(t, ns, name, map[string]any{"image": "tusk/postgres:17"})
+	done := waitUpgrade(t, ns, name, "", tuskv1alpha1.MajorUpgradeSucceeded)
+	u := done.Status.MajorUpgrade
+	before := waitBackupCompleted(t, ns, u.Backup)
+	if want := "pg" + u.Attempt; done.Status.ArchiveSubdirectory != want {
+		t.Errorf("status.archiveSubdirectory is %q, want %q", done.Status.ArchiveSubdirectory, want)
+	}
+	if strings.Contains(before.Status.Location, done.Status.ArchiveSubdirectory) {
+		t.Errorf("the backup from before the upgrade is in the new system's location %s", before.Status.Location)
+	}
+	waitHealthy(t, ns, name, 2, 3*time.Minute)
+	checkMajor(t, ns, name, 17, "tusk/postgres:17")
+
+	insertRows(t, ns, name, 101, 200)
+	primary := mustGetCluster(t, ns, name).Status.CurrentPrimary
+	waitArchived(t, ns, name, instanceSQL(t, ns, name, primary, "SELECT pg_walfile_name(pg_switch_wal())"))
+	if keys := s3.listKeys(t, ns+"/"+name+"/"+done.Status.ArchiveSubdirectory+"/wal/"); len(keys) == 0 {
+		t.Errorf("nothing archived in the upgraded system's location")
+	}
+	if a := mustGetCluster(t, ns, name).Status.Archive; a == nil || a.Failing {
+		t.Errorf("archiving after the upgrade: %+v", a)
+	}
+	after := takeBackup(t, ns, name, "bk-after")
+	if !strings.Contains(after.Status.Location, done.Status.ArchiveSubdirectory) {
+		t.Errorf("the backup after the upgrade is at %s, not in the new system's location", after.Status.Location)
+	}
+
+	restored := newCluster(ns, "bk-before", 1)
+	restored.Spec.Bootstrap = &tuskv1alpha1.BootstrapSpec{Recovery: &tuskv1alpha1.RecoverySpec{
+		Backup: &corev1.LocalObjectReference{Name: before.Name},
+	}}
+	createCluster(t, restored, "")
+	waitHealthy(t, ns, restored.Name, 1, clusterCreateTimeout)
+	assertRows(t, ns, restored.Name, 100)
+	if got := appSQL(t, ns, restored.Name, "SELECT current_setting('server_version_num')::int / 10000"); strings.TrimSpace(got) != "15" {
+		t.Errorf("the restored cluster serves PostgreSQL %s", got)
+	}
 }
