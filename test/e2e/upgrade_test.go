@@ -86,6 +86,19 @@ func checkUpgradeCondition(t *testing.T, pgc *tuskv1alpha1.PostgresCluster, reas
 	}
 }
 
+// upgradeCluster creates pgc, waits until it is healthy, and fills its
+// lifecycle table with ids from..to through -rw.
+func upgradeCluster(t *testing.T, pgc *tuskv1alpha1.PostgresCluster, from, to int) {
+	t.Helper()
+	ns, name := pgc.Namespace, pgc.Name
+	createCluster(t, pgc, "")
+	waitReadyCondition(t, ns, name)
+	waitHealthy(t, ns, name, int(pgc.Spec.Instances), time.Minute)
+	startSQLClient(t, ns, name)
+	psql(t, ns, name+"-rw", "CREATE TABLE lifecycle (id int PRIMARY KEY)")
+	insertRows(t, ns, name, from, to)
+}
+
 // TestMajorUpgrade: a two-instance cluster on PostgreSQL 15 with data and
 // an extension is asked for 17 while a prepared transaction is open: the
 // pre-check refuses, the cluster comes back Ready on 15 with every row and
@@ -97,12 +110,7 @@ func TestMajorUpgrade(t *testing.T) {
 	const name = "upg"
 	pgc := newCluster(ns, name, 2)
 	pgc.Spec.PostgreSQL.Parameters = map[string]tuskv1alpha1.ParameterValue{"max_prepared_transactions": "2"}
-	createCluster(t, pgc, "")
-	waitReadyCondition(t, ns, name)
-	waitHealthy(t, ns, name, 2, time.Minute)
-	startSQLClient(t, ns, name)
-	psql(t, ns, name+"-rw", "CREATE TABLE lifecycle (id int PRIMARY KEY)")
-	insertRows(t, ns, name, 1, 1000)
+	upgradeCluster(t, pgc, 1, 1000)
 	primary := mustGetCluster(t, ns, name).Status.CurrentPrimary
 	instanceSQL(t, ns, name, primary, "CREATE EXTENSION pgcrypto")
 	instanceSQL(t, ns, name, primary, "BEGIN; INSERT INTO lifecycle VALUES (0); PREPARE TRANSACTION 'open'")
@@ -154,12 +162,7 @@ func TestMajorUpgradeChain(t *testing.T) {
 	longTier(t)
 	ns := newNamespace(t)
 	const name = "chain"
-	createCluster(t, newCluster(ns, name, 3), "")
-	waitReadyCondition(t, ns, name)
-	waitHealthy(t, ns, name, 3, time.Minute)
-	startSQLClient(t, ns, name)
-	psql(t, ns, name+"-rw", "CREATE TABLE lifecycle (id int PRIMARY KEY)")
-	insertRows(t, ns, name, 0, 9999)
+	upgradeCluster(t, newCluster(ns, name, 3), 0, 9999)
 	instanceSQL(t, ns, name, mustGetCluster(t, ns, name).Status.CurrentPrimary, "CREATE EXTENSION pgcrypto")
 	rows, previous := 10000, ""
 	for _, major := range []int{17, 18} {
@@ -184,12 +187,7 @@ func TestMajorUpgradeNewServerFails(t *testing.T) {
 	const name = "upfail"
 	pgc := newCluster(ns, name, 2)
 	pgc.Spec.PostgreSQL.Parameters = map[string]tuskv1alpha1.ParameterValue{"shared_preload_libraries": "adminpack"}
-	createCluster(t, pgc, "")
-	waitReadyCondition(t, ns, name)
-	waitHealthy(t, ns, name, 2, time.Minute)
-	startSQLClient(t, ns, name)
-	psql(t, ns, name+"-rw", "CREATE TABLE lifecycle (id int PRIMARY KEY)")
-	insertRows(t, ns, name, 0, 99)
+	upgradeCluster(t, pgc, 0, 99)
 
 	patchClusterSpec(t, ns, name, map[string]any{"image": "tusk/postgres:17"})
 	failed := waitUpgrade(t, ns, name, "", tuskv1alpha1.MajorUpgradeFailed)
@@ -220,11 +218,7 @@ func TestMajorUpgradeWithBackups(t *testing.T) {
 	const name = "bk"
 	pgc := newCluster(ns, name, 2)
 	pgc.Spec.Backup = &tuskv1alpha1.BackupSpec{ObjectStore: s3.ObjectStore("")}
-	createCluster(t, pgc, "")
-	waitHealthy(t, ns, name, 2, clusterCreateTimeout)
-	startSQLClient(t, ns, name)
-	psql(t, ns, name+"-rw", "CREATE TABLE lifecycle (id int PRIMARY KEY)")
-	insertRows(t, ns, name, 1, 100)
+	upgradeCluster(t, pgc, 1, 100)
 
 	patchClusterSpec(t, ns, name, map[string]any{"image": "tusk/postgres:17"})
 	done := waitUpgrade(t, ns, name, "", tuskv1alpha1.MajorUpgradeSucceeded)
