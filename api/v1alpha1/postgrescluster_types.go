@@ -634,6 +634,11 @@ type PostgresClusterStatus struct {
 	// +optional
 	PostgresMajor int32 `json:"postgresMajor,omitempty"`
 
+	// Image is the last spec.image of the data's major version: what the
+	// instances run while an upgrade to a newer spec.image waits to start.
+	// +optional
+	Image string `json:"image,omitempty"`
+
 	// MajorUpgrade is the current or last major version upgrade.
 	// +optional
 	MajorUpgrade *MajorUpgradeStatus `json:"majorUpgrade,omitempty"`

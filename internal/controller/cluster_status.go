@@ -38,6 +38,7 @@ func setStatus(c *tuskv1alpha1.PostgresCluster, v *view, p progress) {
 	st.ReadyInstances = int32(v.readyCount()) //nolint:gosec // at most spec.instances (16) plus a few being removed
 	st.Archive = archiveStatus(c, v)
 	recordPostgresMajor(c, v)
+	recordImage(c)
 	if cond, ok := majorUpgradeCondition(c); ok {
 		setCondition(c, cond)
 	}

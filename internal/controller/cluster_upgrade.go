@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"regexp"
@@ -62,9 +63,10 @@ func reportedMajor(st *instanceapi.Status) int32 {
 	return int32(n)
 }
 
-// imageToRun is the image the instances run: the old one while the
-// replicas stop, while a failed upgrade rolls back and after it failed
-// (until spec.image changes again), spec.image otherwise.
+// imageToRun is the image the instances run: the old one while an upgrade
+// to spec.image waits to start, backs up, stops the replicas, rolls back
+// or after it failed (until spec.image changes again); spec.image
+// otherwise. A pod of the new major on the old data would not start.
 func imageToRun(c *tuskv1alpha1.PostgresCluster) string {
 	u := c.Status.MajorUpgrade
 	if u != nil && u.ToImage == c.Spec.Image {
@@ -73,8 +75,26 @@ func imageToRun(c *tuskv1alpha1.PostgresCluster) string {
 			tuskv1alpha1.MajorUpgradeFailed:
 			return u.FromImage
 		}
+		return c.Spec.Image
+	}
+	if upgradePending(c) && c.Status.Image != "" {
+		return c.Status.Image
 	}
 	return c.Spec.Image
+}
+
+// upgradePending says spec.image names a newer major than the data's.
+func upgradePending(c *tuskv1alpha1.PostgresCluster) bool {
+	want, have := imageMajor(c.Spec.Image), c.Status.PostgresMajor
+	return want > 0 && have > 0 && want > have
+}
+
+// recordImage keeps spec.image as the image of the data's major, except
+// while an upgrade runs or waits to start.
+func recordImage(c *tuskv1alpha1.PostgresCluster) {
+	if !upgradeUnderway(c) && !upgradePending(c) {
+		c.Status.Image = c.Spec.Image
+	}
 }
 
 // upgradeUnderway says a major upgrade runs (its backup included).
@@ -181,7 +201,7 @@ func (r *ClusterReconciler) startMajorUpgrade(ctx context.Context, c *tuskv1alph
 	now := metav1.Now()
 	c.Status.MajorUpgrade = &tuskv1alpha1.MajorUpgradeStatus{
 		Attempt:   fmt.Sprintf("%d-%d", to, now.Unix()),
-		FromImage: primary.pod.Spec.Containers[0].Image, ToImage: c.Spec.Image, FromMajor: from, ToMajor: to, Mode: mode,
+		FromImage: cmp.Or(c.Status.Image, primary.pod.Spec.Containers[0].Image), ToImage: c.Spec.Image, FromMajor: from, ToMajor: to, Mode: mode,
 		Phase: tuskv1alpha1.MajorUpgradeStoppingReplicas, StartedAt: now,
 		Message: "Stopping the replicas; their volumes stay until the upgrade is committed",
 	}

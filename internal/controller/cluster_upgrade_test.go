@@ -45,6 +45,13 @@ func TestImageToRun(t *testing.T) {
 	if got := imageToRun(c); got != c.Spec.Image {
 		t.Errorf("with no upgrade: %s", got)
 	}
+	// spec.image asks for 17 on data of 15, and the upgrade has not
+	// started (a replica was not ready, say): nothing rolls out 17 yet.
+	c.Status.PostgresMajor, c.Status.Image = 15, "tusk/postgres:15"
+	recordImage(c)
+	if got := imageToRun(c); got != "tusk/postgres:15" || c.Status.Image != "tusk/postgres:15" {
+		t.Errorf("with an upgrade waiting to start: runs %s, status.image %s", got, c.Status.Image)
+	}
 	for phase, want := range map[tuskv1alpha1.MajorUpgradePhase]string{
 		tuskv1alpha1.MajorUpgradeStoppingReplicas: "tusk/postgres:15",
 		tuskv1alpha1.MajorUpgradeUpgrading:        "tusk/postgres:17",
