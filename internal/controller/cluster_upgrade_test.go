@@ -65,10 +65,16 @@ func TestImageToRun(t *testing.T) {
 			t.Errorf("%s: runs %s, want %s", phase, got, want)
 		}
 	}
-	// A failed upgrade to 17 does not hold back an image the user chose since.
+	// After a failed upgrade to 17, spec.image asks for 18: 15 runs until
+	// that upgrade starts; a minor update of 15 runs at once.
+	c.Status.MajorUpgrade.Phase = tuskv1alpha1.MajorUpgradeFailed
 	c.Spec.Image = "tusk/postgres:18"
+	if got := imageToRun(c); got != "tusk/postgres:15" {
+		t.Errorf("after spec.image asked for 18: %s", got)
+	}
+	c.Spec.Image = "tusk/postgres:15.19"
 	if got := imageToRun(c); got != c.Spec.Image {
-		t.Errorf("after spec.image changed: %s", got)
+		t.Errorf("after spec.image went back to 15: %s", got)
 	}
 }
 
