@@ -221,13 +221,31 @@ func newInstanceRunCommand() *cobra.Command {
 	addTerminationFlags(fl, &o.Termination)
 	f.archive.add(fl)
 	f.recovery.add(fl)
+	f.addCloneAndUpgradeFlags(fl)
+	return cmd
+}
+
+// setStartOptions sets the options of a start that clones or upgrades,
+// from their flags.
+func (f *instanceFlags) setStartOptions() {
+	if f.clone.Source.Host != "" {
+		f.opts.Clone = &f.clone
+	}
+	if f.upgrade.OldCopy != "" {
+		f.upgrade.Mode = pgupgrade.Mode(f.upgradeMode)
+		f.opts.Upgrade = &f.upgrade
+	}
+}
+
+// addCloneAndUpgradeFlags are the flags of a primary that clones another
+// cluster, or upgrades its data directory to a newer major.
+func (f *instanceFlags) addCloneAndUpgradeFlags(fl *pflag.FlagSet) {
 	fl.StringVar(&f.clone.Source.Host, "clone-host", "", "primary of another cluster a new primary copies (pg_basebackup over TLS) instead of running initdb; no cloning when empty")
 	fl.IntVar(&f.clone.Source.Port, "clone-port", 5432, "port of the clone source")
+	fl.StringVar(&f.clone.TLSDir, "clone-tls-dir", "", "directory with the clone source's replication client certificate (tls.crt, tls.key) and its CA (ca.crt)")
 	fl.StringVar(&f.upgrade.OldCopy, "upgrade-from", "", "where the old major's server was copied (tusk instance copy-binaries): upgrade an older data directory to this image's major before starting; no upgrade when empty")
 	fl.StringVar(&f.upgradeMode, "upgrade-mode", string(pgupgrade.ModeLink), "how the upgrade carries data files: link, copy or clone")
 	fl.StringVar(&f.upgrade.Attempt, "upgrade-attempt", "", "the operator's name for this upgrade attempt: a failed attempt is not run again under the same name")
-	fl.StringVar(&f.clone.TLSDir, "clone-tls-dir", "", "directory with the clone source's replication client certificate (tls.crt, tls.key) and its CA (ca.crt)")
-	return cmd
 }
 
 // addTerminationFlags adds the flags of what SIGTERM does.
@@ -250,13 +268,7 @@ func (f *instanceFlags) complete() error {
 	if f.opts.Recovery, err = f.recovery.options(f.opts.ClusterName, f.archive.binary); err != nil {
 		return err
 	}
-	if f.clone.Source.Host != "" {
-		f.opts.Clone = &f.clone
-	}
-	if f.upgrade.OldCopy != "" {
-		f.upgrade.Mode = pgupgrade.Mode(f.upgradeMode)
-		f.opts.Upgrade = &f.upgrade
-	}
+	f.setStartOptions()
 	if f.opts.Lease.Name != "" {
 		cfg, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
 		if err != nil {

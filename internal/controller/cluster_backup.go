@@ -1,8 +1,8 @@
 package controller
 
 import (
-	"strings"
 	"context"
+	"strings"
 	"time"
 	"unicode/utf8"
 

@@ -178,7 +178,7 @@ func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1
 		return ctrl.Result{}, err
 	}
 	v.recovery = recovery
-	p, err := r.reconcileMembers(ctx, c, v, ic)
+	p, err := r.reconcileUpgradeOrMembers(ctx, c, v, ic)
 	setStatus(c, v, p)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -193,16 +193,23 @@ func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1
 	return ctrl.Result{RequeueAfter: pollSettled}, nil
 }
 
+// reconcileUpgradeOrMembers runs a major upgrade when one owns the
+// instances, and reconcileMembers otherwise.
+func (r *ClusterReconciler) reconcileUpgradeOrMembers(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, ic *instanceClient) (progress, error) {
+	// A major upgrade stops, replaces and brings back instances on its
+	// own terms: no failover, scaling or rollout meanwhile.
+	upgrading, err := r.reconcileMajorUpgrade(ctx, c, v)
+	if err != nil || upgrading {
+		return progress{upgrading: upgrading}, err
+	}
+	return r.reconcileMembers(ctx, c, v, ic)
+}
+
 // reconcileMembers creates, heals, scales, configures and updates the
 // instances, one kind of step per reconcile.
 func (r *ClusterReconciler) reconcileMembers(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, ic *instanceClient) (progress, error) {
 	var p progress
 	var err error
-	// A major upgrade stops, replaces and brings back instances on its
-	// own terms: no failover, scaling or rollout meanwhile.
-	if p.upgrading, err = r.reconcileMajorUpgrade(ctx, c, v); err != nil || p.upgrading {
-		return p, err
-	}
 	if c.Status.CurrentPrimary != "" {
 		// Before anything else: a failed primary's pod must not be
 		// recreated while a replica can take over.

@@ -3,6 +3,7 @@ package instance
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -123,7 +124,7 @@ func TestFailedUpgradeAttemptIsNotRunAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := &Manager{opts: Options{DataDir: dir, MajorVersion: 17, Upgrade: &UpgradeOptions{OldCopy: t.TempDir(), Attempt: "17-1"}}, log: logr.Discard()}
-	if err := m.resolveUpgrade(context.Background()); err != errUpgradeFailed {
+	if err := m.resolveUpgrade(context.Background()); !errors.Is(err, errUpgradeFailed) {
 		t.Fatalf("got %v, want errUpgradeFailed", err)
 	}
 	st := m.snapshot()
@@ -132,7 +133,7 @@ func TestFailedUpgradeAttemptIsNotRunAgain(t *testing.T) {
 	}
 	// Another attempt runs (and here fails at once: no old server copied).
 	m.opts.Upgrade.Attempt = "17-2"
-	if err := m.resolveUpgrade(context.Background()); err != errUpgradeFailed {
+	if err := m.resolveUpgrade(context.Background()); !errors.Is(err, errUpgradeFailed) {
 		t.Fatalf("got %v", err)
 	}
 	if st := m.snapshot(); st.upgrade.Attempt != "17-2" || !strings.Contains(st.upgrade.Reason, "finding the old server") {
