@@ -109,7 +109,7 @@ func (m *Manager) upgrade(ctx context.Context, from int) error {
 	}
 	plan := pgupgrade.Plan{DataDir: m.opts.DataDir, OldBinDir: old.BinDir, NewBinDir: m.opts.BinDir, Mode: o.Mode,
 		SocketDir: m.opts.SocketDir, Port: m.opts.Port, Superuser: superuser, Run: m.runUpgradeTool, Log: m.log,
-		VerifyOptions: []string{"-c archive_mode=off"}}
+		VerifyOptions: []string{"-c archive_mode=off"}, VerifyConnect: m.connectDatabase}
 	steps := []struct {
 		name string
 		run  func() error

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/jackc/pgx/v5"
 )
 
 // Mode is how pg_upgrade carries the user's data files into the new data
@@ -77,6 +78,10 @@ type Plan struct {
 	// VerifyOptions are added to the new server's command line at its
 	// first start (Verify), such as "-c archive_mode=off".
 	VerifyOptions []string
+	// VerifyConnect opens a session on a database of the new server at its
+	// first start, whose pg_hba.conf is the caller's; when nil, the
+	// install user over the socket with no password (pg_upgrade's trust).
+	VerifyConnect func(ctx context.Context, database string) (*pgx.Conn, error)
 	// Run runs a program; RunCommand when nil.
 	Run Runner
 	Log logr.Logger
@@ -362,7 +367,11 @@ func Verify(ctx context.Context, p Plan) (err error) {
 // reads its catalog, never a user table (whose files, in link mode, the
 // old directory shares).
 func (p *Plan) readEveryCatalog(ctx context.Context) error {
-	conn, err := p.connect(ctx, "template1")
+	connect := p.VerifyConnect
+	if connect == nil {
+		connect = p.connect
+	}
+	conn, err := connect(ctx, "template1")
 	if err != nil {
 		return err
 	}
@@ -373,7 +382,7 @@ func (p *Plan) readEveryCatalog(ctx context.Context) error {
 		return err
 	}
 	for _, db := range databases {
-		dbConn, err := p.connect(ctx, db)
+		dbConn, err := connect(ctx, db)
 		if err != nil {
 			return err
 		}
