@@ -123,7 +123,10 @@ func querySettingsStatus(ctx context.Context, conn *pgx.Conn, st *instanceapi.St
 	if err != nil {
 		return fmt.Errorf("while reading the values pending a restart: %w", err)
 	}
-	st.ConfigErrors, err = queryStrings(ctx, conn, `SELECT coalesce(name, sourcefile || ':' || sourceline) || ': ' || error
+	// A restart-only setting removed from the file is reported with no
+	// name and no file ("parameter ... cannot be changed without
+	// restarting the server"): concat_ws skips what is NULL.
+	st.ConfigErrors, err = queryStrings(ctx, conn, `SELECT concat_ws(': ', coalesce(name, sourcefile || ':' || sourceline), error)
 		FROM pg_file_settings WHERE error IS NOT NULL ORDER BY seqno`)
 	if err != nil {
 		return fmt.Errorf("while reading configuration errors: %w", err)

@@ -175,6 +175,30 @@ func testReconfigure(t *testing.T, primary *node, replicas ...*node) {
 		}
 		assertSetting(t, n, "max_connections", "120")
 	}
+
+	// A restart-only setting removed from the file: PostgreSQL reports it
+	// in pg_file_settings with no name and no file, and the status must
+	// still read (it once failed on the NULL, and the restart it asks for
+	// never came).
+	primary.command(http.MethodPut, instanceapi.PathConfig, instanceapi.Config{Parameters: map[string]string{"work_mem": "8MB"}}, &res)
+	primary.waitFor("the removed max_connections pending a restart, the status readable", func(st instanceapi.Status) error {
+		if st.Role != instanceapi.RolePrimary || !slices.Contains(st.PendingRestart, "max_connections") {
+			return fmt.Errorf("role %s, pending restart %v, last error %q", st.Role, st.PendingRestart, st.LastError)
+		}
+		if !strings.Contains(strings.Join(st.ConfigErrors, " "), `parameter "max_connections" cannot be changed without restarting the server`) {
+			return fmt.Errorf("configuration errors %q", st.ConfigErrors)
+		}
+		return nil
+	})
+	// Put back: nothing is pending any more, no restart needed (the
+	// replicas must never run a lower value than a primary they follow).
+	primary.command(http.MethodPut, instanceapi.PathConfig, raised, &res)
+	primary.waitFor("nothing pending once max_connections is back", func(st instanceapi.Status) error {
+		if st.Role != instanceapi.RolePrimary || len(st.PendingRestart) != 0 || len(st.ConfigErrors) != 0 {
+			return fmt.Errorf("role %s, pending restart %v, configuration errors %q", st.Role, st.PendingRestart, st.ConfigErrors)
+		}
+		return nil
+	})
 }
 
 func assertSetting(t *testing.T, n *node, name, want string) {
