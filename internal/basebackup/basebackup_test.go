@@ -23,10 +23,17 @@ func crc(content string) string {
 	return hex.EncodeToString([]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)})
 }
 
-// manifestText writes a manifest as PostgreSQL does, with its checksum.
+// manifestText writes a manifest as PostgreSQL 13 to 16 do, with its
+// checksum.
 func manifestText(files map[string]string, sizes map[string]int64) string {
+	return manifestTextOf("{ \"PostgreSQL-Backup-Manifest-Version\": 1,\n", files, sizes)
+}
+
+// manifestTextOf writes a manifest with the given first lines.
+func manifestTextOf(head string, files map[string]string, sizes map[string]int64) string {
 	var b strings.Builder
-	b.WriteString("{ \"PostgreSQL-Backup-Manifest-Version\": 1,\n\"Files\": [\n")
+	b.WriteString(head)
+	b.WriteString("\"Files\": [\n")
 	first := true
 	for _, name := range []string{"PG_VERSION", "global/pg_control", "base/1/1259"} {
 		content, ok := files[name]
@@ -77,7 +84,7 @@ func TestParseManifest(t *testing.T) {
 	cases := map[string]string{
 		"changed content":  strings.Replace(good, `"Size": 3`, `"Size": 4`, 1),
 		"no checksum line": strings.Replace(good, "\n\"Manifest-Checksum\"", "\"Manifest-Checksum\"", 1),
-		"other version":    strings.Replace(good, "Version\": 1", "Version\": 2", 1),
+		"other version":    manifestTextOf("{ \"PostgreSQL-Backup-Manifest-Version\": 3,\n", sampleFiles, nil),
 		"not JSON":         good[:len(good)/2],
 	}
 	for name, text := range cases {
@@ -86,6 +93,18 @@ func TestParseManifest(t *testing.T) {
 				t.Errorf("got %v, want a verification error", err)
 			}
 		})
+	}
+}
+
+// PostgreSQL 17 writes version 2, which adds the system identifier.
+func TestManifestVersion2(t *testing.T) {
+	text := manifestTextOf("{ \"PostgreSQL-Backup-Manifest-Version\": 2,\n\"System-Identifier\": 7585214789013845723,\n", sampleFiles, nil)
+	m, err := ParseManifest([]byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Version != 2 || m.SystemIdentifier != 7585214789013845723 || len(m.Files) != 3 {
+		t.Errorf("parsed version %d, system %d, %d files", m.Version, m.SystemIdentifier, len(m.Files))
 	}
 }
 

@@ -32,10 +32,13 @@ var ErrVerification = errors.New("backup verification failed")
 // Manifest is what this package reads of PostgreSQL's backup manifest
 // (PostgreSQL 13+).
 type Manifest struct {
-	Version   int            `json:"PostgreSQL-Backup-Manifest-Version"`
-	Files     []ManifestFile `json:"Files"`
-	WALRanges []WALRange     `json:"WAL-Ranges"`
-	Checksum  string         `json:"Manifest-Checksum"`
+	// Version is 1 (PostgreSQL 13 to 16) or 2 (17 on, which adds
+	// SystemIdentifier).
+	Version          int            `json:"PostgreSQL-Backup-Manifest-Version"`
+	SystemIdentifier uint64         `json:"System-Identifier,omitempty"`
+	Files            []ManifestFile `json:"Files"`
+	WALRanges        []WALRange     `json:"WAL-Ranges"`
+	Checksum         string         `json:"Manifest-Checksum"`
 }
 
 // ManifestFile is one file of the backup.
@@ -60,8 +63,8 @@ func ParseManifest(data []byte) (*Manifest, error) {
 	if err := json.Unmarshal(data, &m); err != nil {
 		return nil, fmt.Errorf("%w: the backup manifest does not parse: %w", ErrVerification, err)
 	}
-	if m.Version != 1 {
-		return nil, fmt.Errorf("%w: backup manifest version %d (this version of tusk reads version 1)", ErrVerification, m.Version)
+	if m.Version != 1 && m.Version != 2 {
+		return nil, fmt.Errorf("%w: backup manifest version %d (this version of tusk reads versions 1 and 2)", ErrVerification, m.Version)
 	}
 	end := bytes.LastIndex(data, []byte("\n\"Manifest-Checksum\""))
 	if end < 0 {
