@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -37,6 +38,13 @@ var errUpgradeFailed = errors.New("the major upgrade failed")
 // directory of the image's major or none, and refuses to go on with any
 // other.
 func (m *Manager) resolveUpgrade(ctx context.Context) error {
+	if err := dataDirReadable(m.opts.DataDir); err != nil {
+		if m.opts.Upgrade == nil {
+			return err
+		}
+		report := &instanceapi.UpgradeStatus{Attempt: m.opts.Upgrade.Attempt, To: m.opts.MajorVersion}
+		return m.upgradeFailed(report, &pgupgrade.Failure{Step: "reading the data directory", Reason: err.Error(), RolledBack: true})
+	}
 	st, err := pgupgrade.ReadState(m.opts.DataDir)
 	if err != nil {
 		return err
@@ -80,6 +88,21 @@ func (m *Manager) resolveUpgrade(ctx context.Context) error {
 	}
 	return m.upgrade(ctx, dataMajor)
 }
+
+// dataDirReadable refuses a data directory another user owns: an image
+// whose postgres user differs from the one that wrote it (the upgrade's
+// new image, say) can neither read nor upgrade it.
+func dataDirReadable(dir string) error {
+	if _, err := readDataDir(dir); errors.Is(err, fs.ErrPermission) {
+		return fmt.Errorf("the data directory %s belongs to another user than this image's (uid %d): "+
+			"images that run one cluster must run as the same user; set spec.postgresUID and spec.postgresGID", dir, os.Getuid())
+	}
+	return nil
+}
+
+// readDataDir lists a directory; tests, which run as root, make it fail as
+// another user's would.
+var readDataDir = os.ReadDir
 
 // dataDirMajor is the PG_VERSION of dir, 0 when there is none.
 func dataDirMajor(dir string) int {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -138,5 +139,26 @@ func TestFailedUpgradeAttemptIsNotRunAgain(t *testing.T) {
 	}
 	if st := m.snapshot(); st.upgrade.Attempt != "17-2" || !strings.Contains(st.upgrade.Reason, "finding the old server") {
 		t.Errorf("the new attempt reports %+v", st.upgrade)
+	}
+}
+
+// A data directory another user wrote is named as such, and in an upgrade
+// reported as its failure (the operator then rolls back).
+func TestDataDirOfAnotherUser(t *testing.T) {
+	dir := dataDirOf(t, "15", nil)
+	// Root (as CI runs) reads every directory: fail the listing as
+	// another user's directory fails.
+	readDataDir = func(string) ([]os.DirEntry, error) { return nil, &fs.PathError{Op: "open", Path: dir, Err: fs.ErrPermission} }
+	defer func() { readDataDir = os.ReadDir }()
+	m := &Manager{opts: Options{DataDir: dir, MajorVersion: 17}, log: logr.Discard()}
+	if err := m.resolveUpgrade(context.Background()); err == nil || !strings.Contains(err.Error(), "belongs to another user") {
+		t.Fatalf("got %v", err)
+	}
+	m.opts.Upgrade = &UpgradeOptions{Attempt: "17-1"}
+	if err := m.resolveUpgrade(context.Background()); !errors.Is(err, errUpgradeFailed) {
+		t.Fatalf("got %v", err)
+	}
+	if st := m.snapshot(); !strings.Contains(st.upgrade.Reason, "set spec.postgresUID") || !st.upgrade.RolledBack {
+		t.Errorf("reported %+v", st.upgrade)
 	}
 }
