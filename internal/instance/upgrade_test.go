@@ -148,7 +148,9 @@ func TestDataDirOfAnotherUser(t *testing.T) {
 	dir := dataDirOf(t, "15", nil)
 	// Root (as CI runs) reads every directory: fail the listing as
 	// another user's directory fails.
-	readDataDir = func(string) ([]os.DirEntry, error) { return nil, &fs.PathError{Op: "open", Path: dir, Err: fs.ErrPermission} }
+	readDataDir = func(string) ([]os.DirEntry, error) {
+		return nil, &fs.PathError{Op: "open", Path: dir, Err: fs.ErrPermission}
+	}
 	defer func() { readDataDir = os.ReadDir }()
 	m := &Manager{opts: Options{DataDir: dir, MajorVersion: 17}, log: logr.Discard()}
 	if err := m.resolveUpgrade(context.Background()); err == nil || !strings.Contains(err.Error(), "belongs to another user") {
