@@ -92,13 +92,13 @@ debootstrap_pg() {
   # whoever runs it chooses where the data lives.
   chroot "$dir" sh -c "pg_dropcluster --stop $major main 2>/dev/null || true"
   # The package creates the postgres user with the first free system id,
-  # which differs between suites (100:102 in bookworm, 101:101 in forky).
-  # Every image gets the same one, as the official images' 999:999: a pod
-  # that runs a new major's image must own the data the old one wrote.
-  chroot "$dir" sh -c 'set -e; u=$(id -u postgres); g=$(id -g postgres)
-    groupmod -g 999 postgres; usermod -u 999 -g 999 postgres
-    find / -xdev -uid "$u" -exec chown -h 999 {} +
-    find / -xdev -gid "$g" -exec chgrp -h 999 {} +'
+  # which differs between suites (100 in bookworm, 101 in forky). Every
+  # image gets uid 999, as the official images have: a pod that runs a new
+  # major's image must own the data the old one wrote. (The group stays the
+  # suite's: gid 999 is taken in forky, and PostgreSQL's data is the
+  # owner's alone.)
+  chroot "$dir" sh -c 'set -e; u=$(id -u postgres); usermod -u 999 postgres
+    find / -xdev -uid "$u" -exec chown -h 999 {} +'
   chroot "$dir" install -d -o postgres -g postgres -m 2775 /run/postgresql
   rm -rf "$dir"/var/lib/apt/lists/* "$dir"/var/cache/apt/* "$dir"/usr/share/doc/* "$dir"/usr/share/man/*
   echo "$(chroot "$dir" id -u postgres):$(chroot "$dir" id -g postgres)" >"$out.user.tmp"
