@@ -561,12 +561,14 @@ const (
 type MajorUpgradeStatus struct {
 	// Attempt names this attempt, for the instance manager.
 	Attempt string `json:"attempt"`
-	// FromImage and ToImage are the images before and after.
+	// FromImage is the image before the upgrade.
 	FromImage string `json:"fromImage"`
-	ToImage   string `json:"toImage"`
-	// FromMajor and ToMajor are the PostgreSQL major versions.
+	// ToImage is the image after it (spec.image when it started).
+	ToImage string `json:"toImage"`
+	// FromMajor is the PostgreSQL major version before the upgrade.
 	FromMajor int32 `json:"fromMajor"`
-	ToMajor   int32 `json:"toMajor"`
+	// ToMajor is the PostgreSQL major version after it.
+	ToMajor int32 `json:"toMajor"`
 	// Mode is pg_upgrade's transfer mode for this attempt.
 	Mode string `json:"mode,omitempty"`
 	// Phase is how far it is.
@@ -582,8 +584,9 @@ type MajorUpgradeStatus struct {
 	// this upgrade, put back by a rollback.
 	// +optional
 	PreviousArchiveSubdirectory string `json:"previousArchiveSubdirectory,omitempty"`
-	// StartedAt and FinishedAt bound it.
+	// StartedAt is when the upgrade started.
 	StartedAt metav1.Time `json:"startedAt"`
+	// FinishedAt is when it succeeded or failed.
 	// +optional
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
 }
