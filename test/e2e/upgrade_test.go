@@ -188,6 +188,7 @@ func TestMajorUpgradeNewServerFails(t *testing.T) {
 	pgc := newCluster(ns, name, 2)
 	pgc.Spec.PostgreSQL.Parameters = map[string]tuskv1alpha1.ParameterValue{"shared_preload_libraries": "adminpack"}
 	upgradeCluster(t, pgc, 0, 99)
+	instanceSQL(t, ns, name, mustGetCluster(t, ns, name).Status.CurrentPrimary, "CREATE EXTENSION pgcrypto")
 
 	patchClusterSpec(t, ns, name, map[string]any{"image": "tusk/postgres:17"})
 	failed := waitUpgrade(t, ns, name, "", tuskv1alpha1.MajorUpgradeFailed)
