@@ -219,8 +219,12 @@ func Upgrade(ctx context.Context, p Plan) error {
 // nothing behind: the old data directory is untouched.
 func Check(ctx context.Context, p Plan) error {
 	p.defaults()
-	if st, err := ReadState(p.DataDir); err != nil || st != nil {
-		return errors.Join(err, fmt.Errorf("an upgrade of %s is already in progress", p.DataDir))
+	st, err := ReadState(p.DataDir)
+	if err != nil {
+		return err
+	}
+	if st != nil {
+		return fmt.Errorf("an upgrade of %s is already in progress (step %s)", p.DataDir, st.Step)
 	}
 	if _, err := p.check(ctx); err != nil {
 		return p.fail("the pre-checks", err)
