@@ -63,6 +63,7 @@ const (
 	ReasonCASecretInvalid       = "CASecretInvalid"
 	ReasonRecoverySourceInvalid = "RecoverySourceInvalid"
 	ReasonCloneSourceInvalid    = "CloneSourceInvalid"
+	ReasonImportSourceInvalid   = "ImportSourceInvalid"
 	ReasonFenceInvalid          = "FenceAnnotationInvalid"
 	ReasonInvalidParameters     = "InvalidParameters"
 	ReasonObjectNotOwned        = "ObjectNotOwned"

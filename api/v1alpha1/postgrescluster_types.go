@@ -370,6 +370,80 @@ type InitDBSpec struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self.name.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$') && size(self.name) <= 253",message="must name a Secret of the namespace: a lowercase DNS subdomain name"
 	Secret *corev1.LocalObjectReference `json:"secret,omitempty"`
+
+	// Import copies databases and roles from an existing PostgreSQL
+	// server (major 12 or later, anywhere on the network) into the new
+	// cluster before it first serves: pg_dump and pg_restore of each
+	// named database, with the roles they need. The source is only read.
+	// +optional
+	Import *ImportSpec `json:"import,omitempty"`
+}
+
+// ImportSpec names the server to import from and what to take.
+type ImportSpec struct {
+	// Source is the server to import from.
+	Source ImportSource `json:"source"`
+
+	// Databases are the source's databases to copy, each into a database
+	// of the same name (created with the source's owner and encoding; the
+	// application database, when named, is filled).
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.all(d, !(d in ['postgres', 'template0', 'template1']))",message="bootstrap.initdb.import.databases lists application databases: postgres, template0 and template1 are not imported"
+	Databases []string `json:"databases"`
+}
+
+// ImportSource is how the new primary reaches the source server.
+// +kubebuilder:validation:XValidation:rule="!(self.sslMode in ['verify-ca', 'verify-full']) || has(self.caSecret)",message="bootstrap.initdb.import.source.caSecret is required with sslMode verify-ca or verify-full: the CA that signed the source server's certificate (or set sslMode require to encrypt without verifying, or disable)"
+type ImportSource struct {
+	// Host is the source server's DNS name or IP address.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Host string `json:"host"`
+
+	// Port is the source server's port.
+	// +kubebuilder:default=5432
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	Port int32 `json:"port,omitempty"`
+
+	// User is the role the import logs in as. It must be able to read
+	// every imported database; roles' passwords are copied only when it
+	// is a superuser (others cannot read them).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	User string `json:"user"`
+
+	// PasswordSecret is the key of a Secret of this namespace holding the
+	// user's password.
+	PasswordSecret corev1.SecretKeySelector `json:"passwordSecret"`
+
+	// Database is the source database the import connects to first, to
+	// read the roles and the databases' owners.
+	// +kubebuilder:default=postgres
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Database string `json:"database,omitempty"`
+
+	// SSLMode is libpq's sslmode towards the source: verify-full
+	// (default: encrypted, and the server's certificate must match the
+	// host and be signed by caSecret's CA), verify-ca, require (encrypted,
+	// not verified) or disable.
+	// +kubebuilder:default=verify-full
+	// +kubebuilder:validation:Enum=disable;require;verify-ca;verify-full
+	// +optional
+	SSLMode string `json:"sslMode,omitempty"`
+
+	// CASecret is the key of a Secret of this namespace holding the CA
+	// certificate (PEM) the source server's certificate is verified
+	// against.
+	// +optional
+	CASecret *corev1.SecretKeySelector `json:"caSecret,omitempty"`
 }
 
 // RecoverySpec restores a cluster from a backup. Exactly one of backup and

@@ -48,6 +48,7 @@ type instanceFlags struct {
 	archive     archiveFlags
 	recovery    recoveryFlags
 	clone       instance.CloneOptions
+	imp         instance.ImportOptions
 	upgrade     instance.UpgradeOptions
 	upgradeMode string
 }
@@ -231,6 +232,9 @@ func (f *instanceFlags) setStartOptions() {
 	if f.clone.Source.Host != "" {
 		f.opts.Clone = &f.clone
 	}
+	if f.imp.Host != "" {
+		f.opts.Import = &f.imp
+	}
 	if f.upgrade.OldCopy != "" {
 		f.upgrade.Mode = pgupgrade.Mode(f.upgradeMode)
 		f.opts.Upgrade = &f.upgrade
@@ -238,11 +242,20 @@ func (f *instanceFlags) setStartOptions() {
 }
 
 // addCloneAndUpgradeFlags are the flags of a primary that clones another
-// cluster, or upgrades its data directory to a newer major.
+// cluster or imports from another server, or upgrades its data directory
+// to a newer major.
 func (f *instanceFlags) addCloneAndUpgradeFlags(fl *pflag.FlagSet) {
 	fl.StringVar(&f.clone.Source.Host, "clone-host", "", "primary of another cluster a new primary copies (pg_basebackup over TLS) instead of running initdb; no cloning when empty")
 	fl.IntVar(&f.clone.Source.Port, "clone-port", 5432, "port of the clone source")
 	fl.StringVar(&f.clone.TLSDir, "clone-tls-dir", "", "directory with the clone source's replication client certificate (tls.crt, tls.key) and its CA (ca.crt)")
+	fl.StringVar(&f.imp.Host, "import-host", "", "PostgreSQL server a new primary imports databases and roles from after initdb (pg_dump, pg_restore); no import when empty")
+	fl.IntVar(&f.imp.Port, "import-port", 5432, "port of the import source")
+	fl.StringVar(&f.imp.User, "import-user", "", "role the import logs in to the source as")
+	fl.StringVar(&f.imp.PasswordFile, "import-password-file", "", "file holding the import user's password")
+	fl.StringVar(&f.imp.Database, "import-source-database", "postgres", "source database read for the roles and the databases' owners")
+	fl.StringVar(&f.imp.SSLMode, "import-sslmode", "verify-full", "libpq sslmode towards the import source: disable, require, verify-ca or verify-full")
+	fl.StringVar(&f.imp.CAFile, "import-ca-file", "", "CA certificate (PEM) the import source's server certificate is verified against")
+	fl.StringArrayVar(&f.imp.Databases, "import-database", nil, "source database to copy into one of the same name (repeat for several)")
 	fl.StringVar(&f.upgrade.OldCopy, "upgrade-from", "", "where the old major's server was copied (tusk instance copy-binaries): upgrade an older data directory to this image's major before starting; no upgrade when empty")
 	fl.StringVar(&f.upgradeMode, "upgrade-mode", string(pgupgrade.ModeLink), "how the upgrade carries data files: link, copy or clone")
 	fl.StringVar(&f.upgrade.Attempt, "upgrade-attempt", "", "the operator's name for this upgrade attempt: a failed attempt is not run again under the same name")

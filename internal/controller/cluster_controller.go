@@ -301,6 +301,9 @@ func (r *ClusterReconciler) reconcileBootstrapSource(ctx context.Context, c *tus
 		src, wait, err = r.reconcileCloneSource(ctx, c)
 		reason = tuskv1alpha1.ReasonWaitingForSource
 	}
+	if err == nil && src == nil && wait == "" {
+		src, err = r.reconcileImportSource(ctx, c)
+	}
 	if err != nil {
 		return nil, false, err
 	}

@@ -36,6 +36,9 @@ type recoverySource struct {
 	// clone, when set, is the cluster to copy instead (bootstrap.clone);
 	// the fields above are then unused.
 	clone *tuskv1alpha1.PostgresCluster
+	// imp, when set, is the server to import from after initdb
+	// (bootstrap.initdb.import); the fields above are then unused.
+	imp *tuskv1alpha1.ImportSpec
 }
 
 // recoveryPending says the cluster bootstraps by recovery and its first
@@ -140,10 +143,11 @@ func (r *ClusterReconciler) reconcileRecoverySource(ctx context.Context, c *tusk
 	return src, "", nil
 }
 
-// recoverySecrets are the source's Secrets a pending recovery mounts.
+// recoverySecrets are the source's Secrets a pending recovery or import
+// mounts.
 func recoverySecrets(c *tuskv1alpha1.PostgresCluster) []string {
 	if !recoveryPending(c) {
-		return nil
+		return importSecrets(c)
 	}
 	if s := c.Spec.Bootstrap.Recovery.Source; s != nil {
 		names := []string{s.CredentialsSecret.Name}
@@ -194,6 +198,10 @@ func withRecovery(pod *corev1.Pod, src *recoverySource) {
 		withClone(pod, src.clone)
 		return
 	}
+	if src.imp != nil {
+		withImport(pod, src.imp)
+		return
+	}
 	s := src.store
 	id, secret := credentialKeys(s.CredentialsSecret)
 	spec := &pod.Spec
@@ -218,6 +226,9 @@ func recoveringCondition(c *tuskv1alpha1.PostgresCluster, v *view) (metav1.Condi
 	}
 	rec := primary.status.Recovery
 	msg := fmt.Sprintf("Recovering the primary %s", primary.name)
+	if initDB(c).Import != nil {
+		msg = fmt.Sprintf("Importing into the primary %s", primary.name)
+	}
 	if rec.Backup != "" {
 		msg += " from the backup " + rec.Backup
 	}

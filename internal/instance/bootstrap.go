@@ -54,6 +54,10 @@ func (m *Manager) bootstrap(ctx context.Context) (bool, error) {
 		if err = m.clonePrimary(ctx, building); err != nil {
 			_ = os.RemoveAll(building)
 		}
+	case m.opts.Role == instanceapi.RolePrimary && m.opts.Import != nil:
+		if err = m.importPrimary(ctx, building); err != nil {
+			_ = os.RemoveAll(building)
+		}
 	case m.opts.Role == instanceapi.RolePrimary:
 		err = m.initPrimary(ctx, building)
 	default:
@@ -79,8 +83,16 @@ func moveIntoPlace(from, to string) error {
 // initPrimary runs initdb, then starts postgres privately (no TCP) to create
 // the roles and the application database.
 func (m *Manager) initPrimary(ctx context.Context, dir string) error {
+	if err := m.runInitdb(ctx, dir); err != nil {
+		return err
+	}
+	return m.withPrivateServer(ctx, dir, m.createRolesAndDatabase)
+}
+
+// runInitdb creates a new database cluster in dir.
+func (m *Manager) runInitdb(ctx context.Context, dir string) error {
 	m.log.Info("Creating a new database cluster with initdb", "database", m.opts.InitDB.Database, "owner", m.opts.InitDB.Owner)
-	err := m.runTool(ctx, "initdb", nil, "-D", dir,
+	return m.runTool(ctx, "initdb", nil, "-D", dir,
 		"--username="+superuser, "--pwfile="+m.opts.Secrets.Superuser,
 		"--auth-local=scram-sha-256", "--auth-host=scram-sha-256",
 		// Checksums catch storage corruption, and let pg_rewind work.
@@ -88,10 +100,6 @@ func (m *Manager) initPrimary(ctx context.Context, dir string) error {
 		// The C locale never changes with the image's glibc, so indexes
 		// stay valid across image updates.
 		"--encoding=UTF8", "--locale=C", "--no-instructions")
-	if err != nil {
-		return err
-	}
-	return m.withPrivateServer(ctx, dir, m.createRolesAndDatabase)
 }
 
 // withPrivateServer runs fn against postgres on dir listening on the unix

@@ -92,6 +92,10 @@ type Options struct {
 	// initdb; nil otherwise. Replicas and existing data directories
 	// ignore it.
 	Clone *CloneOptions
+	// Import makes a new primary copy databases and roles from another
+	// PostgreSQL server after initdb; nil otherwise. Replicas and
+	// existing data directories ignore it.
+	Import *ImportOptions
 	// Upgrade, when set, upgrades an older major's data directory to the
 	// image's before postgres starts (a major upgrade's primary).
 	Upgrade *UpgradeOptions
@@ -336,6 +340,9 @@ func (o Options) validate() error {
 		errs = append(errs, err)
 	}
 	if err := o.Clone.validate(o.Recovery); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.Import.validate(o.Recovery, o.Clone); err != nil {
 		errs = append(errs, err)
 	}
 	if o.TLS.ReplicationDir != "" && o.TLS.Dir == "" {

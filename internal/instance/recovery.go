@@ -490,13 +490,13 @@ func (m *Manager) recovering() bool {
 // object store or the source cluster.
 var bootstrapRetryBackoff = Backoff{Min: time.Second, Max: 30 * time.Second}
 
-// bootstrapWithRetries is bootstrap; a recovery (or clone) that fails is tried
+// bootstrapWithRetries is bootstrap; a recovery, clone or import that fails is tried
 // again with a growing wait (the operator shows the error meanwhile),
 // since its causes (a missing backup, an unreachable store, wrong
 // credentials) are fixed outside the pod, and a pod that exits would only
 // restart it sooner and lose its status.
 func (m *Manager) bootstrapWithRetries(ctx context.Context) (bool, error) {
-	if !m.recovering() && !m.cloning() {
+	if !m.recovering() && !m.cloning() && !m.importing() {
 		return m.bootstrap(ctx)
 	}
 	var wait time.Duration
