@@ -199,3 +199,33 @@ func TestCloneWaitsForItsSource(t *testing.T) {
 	clusterWhen(t, client.ObjectKeyFromObject(self), failedSaying(tuskv1alpha1.ReasonCloneSourceInvalid,
 		"spec.bootstrap.clone.cluster names this cluster itself: clone another cluster"))
 }
+
+// TestImportWaitsForItsSecret: an importing cluster whose password Secret
+// is missing is refused with what to fix and gets no pod; the Secret's
+// creation wakes it (the watch on the user's Secrets), and the first pod
+// imports with the password mounted.
+func TestImportWaitsForItsSecret(t *testing.T) {
+	ns := newNamespace(t)
+	cluster := newCluster(ns)
+	cluster.Spec.Bootstrap = &tuskv1alpha1.BootstrapSpec{InitDB: &tuskv1alpha1.InitDBSpec{Import: &tuskv1alpha1.ImportSpec{
+		Source: tuskv1alpha1.ImportSource{Host: "legacy.example.com", User: "migrator", SSLMode: "require",
+			PasswordSecret: corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "legacy"}, Key: "password"}},
+		Databases: []string{"shop"},
+	}}}
+	create(t, cluster)
+	key := client.ObjectKeyFromObject(cluster)
+	clusterWhen(t, key, failedSaying(tuskv1alpha1.ReasonImportSourceInvalid, "the Secret legacy named by spec.bootstrap.initdb.import.source.passwordSecret does not exist"))
+	waitForEvent(t, ns, tuskv1alpha1.ReasonImportSourceInvalid, "legacy")
+	noPods(t, ns)
+
+	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "legacy"}, StringData: map[string]string{"password": "s3cret"}})
+	clusterWhen(t, key, creating)
+	pod := get(t, ns, "pg-1", &corev1.Pod{})
+	args := pod.Spec.Containers[0].Command
+	for flag, want := range map[string]string{"--import-host": "legacy.example.com", "--import-sslmode": "require", "--import-database": "shop",
+		"--import-password-file": importSourceMount + "/password"} {
+		if got := flagValue(args, flag); got != want {
+			t.Errorf("pod pg-1: %s=%q, want %q", flag, got, want)
+		}
+	}
+}

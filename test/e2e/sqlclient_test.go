@@ -89,11 +89,16 @@ func psql(t *testing.T, ns, service, sql string) string {
 // inside its pod, over the Unix socket as the superuser: it reaches an
 // instance whatever the Services say about it.
 func tryInstanceSQL(ctx context.Context, ns, cluster, pod, sql string) (string, error) {
-	superuser, err := clientset.CoreV1().Secrets(ns).Get(ctx, cluster+"-superuser", metav1.GetOptions{})
+	app, err := clientset.CoreV1().Secrets(ns).Get(ctx, cluster+"-app", metav1.GetOptions{})
 	if err != nil {
 		return "", err
 	}
-	app, err := clientset.CoreV1().Secrets(ns).Get(ctx, cluster+"-app", metav1.GetOptions{})
+	return tryInstanceSQLIn(ctx, ns, cluster, pod, string(app.Data["dbname"]), sql)
+}
+
+// tryInstanceSQLIn is tryInstanceSQL in the database db.
+func tryInstanceSQLIn(ctx context.Context, ns, cluster, pod, db, sql string) (string, error) {
+	superuser, err := clientset.CoreV1().Secrets(ns).Get(ctx, cluster+"-superuser", metav1.GetOptions{})
 	if err != nil {
 		return "", err
 	}
@@ -101,7 +106,7 @@ func tryInstanceSQL(ctx context.Context, ns, cluster, pod, sql string) (string, 
 	defer cancel()
 	out, err := kubectl(ctx, "exec", "-n", ns, pod, "-c", "postgres", "--",
 		"env", "PGPASSWORD="+string(superuser.Data["password"]),
-		"psql", "-h", "/run/tusk/socket", "-U", string(superuser.Data["username"]), "-d", string(app.Data["dbname"]),
+		"psql", "-h", "/run/tusk/socket", "-U", string(superuser.Data["username"]), "-d", db,
 		"-XAtq", "-v", "ON_ERROR_STOP=1", "-c", sql)
 	if err != nil {
 		return "", fmt.Errorf("psql in %s -c %q: %w\n%s", pod, sql, err, out)
