@@ -351,10 +351,25 @@ func (r *ClusterReconciler) rollBackUpgrade(ctx context.Context, c *tuskv1alpha1
 			return nil
 		}
 		return client.IgnoreNotFound(r.Delete(ctx, primary.pod))
+	case committedBeforeRollback(primary.status, u):
+		// The attempt's manager committed, then stopped before it said so
+		// (a crash): the old image cannot serve the data any more, so the
+		// way is forward, on the new image again.
+		if c.Spec.Backup != nil {
+			c.Status.ArchiveSubdirectory = "pg" + u.Attempt
+		}
+		return r.setUpgradePhase(ctx, c, tuskv1alpha1.MajorUpgradeUpgrading, fmt.Sprintf(
+			"The upgrade to PostgreSQL %d was committed before the rollback began (%s); starting the primary on %s again", u.ToMajor, u.Message, u.ToImage))
 	case primary.ready() && reportedMajor(primary.status) == u.FromMajor:
 		return r.setUpgradePhase(ctx, c, tuskv1alpha1.MajorUpgradeFailed, u.Message+"; the cluster runs "+u.FromImage+" again")
 	}
 	return nil
+}
+
+// committedBeforeRollback says the primary, back on the old image, found
+// the data directory already upgraded to the attempt's major.
+func committedBeforeRollback(st *instanceapi.Status, u *tuskv1alpha1.MajorUpgradeStatus) bool {
+	return st != nil && st.Upgrade != nil && st.Upgrade.NewerData != 0 && int32(st.Upgrade.NewerData) == u.ToMajor //nolint:gosec // a major version
 }
 
 // recloneReplicasAfterUpgrade removes the replicas' volumes, which hold the

@@ -126,3 +126,25 @@ func TestArchivePathAfterAnUpgrade(t *testing.T) {
 		t.Errorf("with a path of the user's: %s, want %s", got, want)
 	}
 }
+
+// TestCommittedBeforeRollback: only a report of the attempt's own newer
+// major turns a rollback forward; a failure report, another major or no
+// report at all leave it rolling back.
+func TestCommittedBeforeRollback(t *testing.T) {
+	u := &tuskv1alpha1.MajorUpgradeStatus{FromMajor: 15, ToMajor: 17}
+	for _, tc := range []struct {
+		name string
+		st   *instanceapi.Status
+		want bool
+	}{
+		{"no report", nil, false},
+		{"serving the old major", &instanceapi.Status{PostgresVersion: "15.8"}, false},
+		{"a failed attempt", &instanceapi.Status{Upgrade: &instanceapi.UpgradeStatus{Failed: true, RolledBack: true, To: 17}}, false},
+		{"data of the attempt's major", &instanceapi.Status{Upgrade: &instanceapi.UpgradeStatus{NewerData: 17, To: 17}}, true},
+		{"data of yet another major", &instanceapi.Status{Upgrade: &instanceapi.UpgradeStatus{NewerData: 18, To: 18}}, false},
+	} {
+		if got := committedBeforeRollback(tc.st, u); got != tc.want {
+			t.Errorf("%s: committedBeforeRollback = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

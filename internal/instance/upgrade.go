@@ -73,8 +73,7 @@ func (m *Manager) resolveUpgrade(ctx context.Context) error {
 		case dataMajor == 0 || dataMajor == m.opts.MajorVersion:
 			return nil
 		case dataMajor > m.opts.MajorVersion:
-			return fmt.Errorf("the data directory is PostgreSQL %d, newer than this image's %d: a major version never goes back; "+
-				"restore a backup taken before the upgrade into a new cluster instead", dataMajor, m.opts.MajorVersion)
+			return m.newerDataDir(dataMajor)
 		case m.opts.Upgrade == nil:
 			return fmt.Errorf("the data directory is PostgreSQL %d and this image is %d: a major upgrade (pg_upgrade) is needed, "+
 				"which the operator runs when spec.image names the newer major", dataMajor, m.opts.MajorVersion)
@@ -87,6 +86,19 @@ func (m *Manager) resolveUpgrade(ctx context.Context) error {
 		dataMajor = st.From
 	}
 	return m.upgrade(ctx, dataMajor)
+}
+
+// newerDataDir refuses a data directory of a newer major, and says so in
+// the status rather than by exiting: the operator, rolling back an
+// upgrade whose commit it never heard of, learns from it that the upgrade
+// was done and goes forward.
+func (m *Manager) newerDataDir(dataMajor int) error {
+	err := fmt.Errorf("the data directory is PostgreSQL %d, newer than this image's %d: a major version never goes back; "+
+		"run an image of %d, or restore a backup taken before the upgrade into a new cluster", dataMajor, m.opts.MajorVersion, dataMajor)
+	m.log.Error(err, "Refusing the data directory")
+	m.setUpgrade(&instanceapi.UpgradeStatus{To: dataMajor, Step: string(pgupgrade.StepCommitted), NewerData: dataMajor}, instanceapi.PhaseUpgradeFailed)
+	m.setError(err)
+	return errUpgradeFailed
 }
 
 // dataDirReadable refuses a data directory another user owns: an image

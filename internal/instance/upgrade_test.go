@@ -49,7 +49,6 @@ func TestResolveUpgradeRefusesAnotherMajor(t *testing.T) {
 		{"no data directory", "", nil, ""},
 		{"the image's major", "17", nil, ""},
 		{"an older major", "15", nil, "the data directory is PostgreSQL 15 and this image is 17: a major upgrade (pg_upgrade) is needed"},
-		{"a newer major", "18", nil, "the data directory is PostgreSQL 18, newer than this image's 17: a major version never goes back"},
 		{"an upgrade between others", "15", &pgupgrade.State{From: 15, To: 16, Step: pgupgrade.StepChecked},
 			"an upgrade from PostgreSQL 15 to 16 is unfinished on this volume; run an image of one of them, not 17"},
 		{"an unfinished upgrade to this major", "17", &pgupgrade.State{From: 15, To: 17, Step: pgupgrade.StepSwapped},
@@ -65,6 +64,22 @@ func TestResolveUpgradeRefusesAnotherMajor(t *testing.T) {
 				t.Fatalf("got %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A data directory of a newer major (an upgrade committed, then the old
+// image started, as a rollback the operator began without hearing of the
+// commit) is refused, and the manager stays up to say so: the status
+// names the data's major, which the operator goes forward to.
+func TestResolveUpgradeReportsNewerData(t *testing.T) {
+	m := &Manager{opts: Options{DataDir: dataDirOf(t, "18", nil), MajorVersion: 17}, log: logr.Discard()}
+	if err := m.resolveUpgrade(context.Background()); !errors.Is(err, errUpgradeFailed) {
+		t.Fatalf("got %v, want errUpgradeFailed (wait with postgres stopped)", err)
+	}
+	st := m.snapshot()
+	if st.phase != instanceapi.PhaseUpgradeFailed || st.upgrade == nil || st.upgrade.NewerData != 18 || st.upgrade.Failed ||
+		!strings.Contains(st.lastError, "the data directory is PostgreSQL 18, newer than this image's 17: a major version never goes back") {
+		t.Errorf("phase %s, upgrade %+v, last error %q: want UpgradeFailed with newerData 18 and the refusal", st.phase, st.upgrade, st.lastError)
 	}
 }
 

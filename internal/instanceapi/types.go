@@ -239,6 +239,10 @@ type UpgradeStatus struct {
 	Failed     bool   `json:"failed,omitempty"`
 	Reason     string `json:"reason,omitempty"`
 	RolledBack bool   `json:"rolledBack,omitempty"`
+	// NewerData is the data directory's major when it is newer than the
+	// image's: an upgrade to it was committed, and no older image can
+	// serve it. The manager then waits with postgres stopped.
+	NewerData int `json:"newerData,omitempty"`
 }
 
 // DataDirState is what pg_control says of a data directory.
