@@ -394,6 +394,58 @@ type ImportSpec struct {
 	// +kubebuilder:validation:items:MaxLength=63
 	// +kubebuilder:validation:XValidation:rule="self.all(d, !(d in ['postgres', 'template0', 'template1']))",message="bootstrap.initdb.import.databases lists application databases: postgres, template0 and template1 are not imported"
 	Databases []string `json:"databases"`
+
+	// Method is dump (default), a one-time copy of the data, or logical:
+	// the schema is copied, then each database subscribes to the source's
+	// publication and stays in step with it, under writes, until the
+	// annotation tusk.dev/import-cutover asks for the cutover (the source
+	// made read-only, the last changes applied, sequences copied, the
+	// subscriptions dropped). The source needs wal_level=logical.
+	// +kubebuilder:default=dump
+	// +kubebuilder:validation:Enum=dump;logical
+	// +optional
+	Method string `json:"method,omitempty"`
+
+	// Publication is the source's publication, in each imported database,
+	// a logical import subscribes to: FOR ALL TABLES, so that every table
+	// is copied and followed.
+	// +kubebuilder:default=tusk_import
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_$-]{0,62}$`
+	// +optional
+	Publication string `json:"publication,omitempty"`
+}
+
+// ImportPhase is where a logical import is.
+type ImportPhase string
+
+const (
+	// ImportReplicating: the subscriptions follow the source.
+	ImportReplicating ImportPhase = "Replicating"
+	// ImportCuttingOver: the source is read-only and the last changes are
+	// being applied.
+	ImportCuttingOver ImportPhase = "CuttingOver"
+	// ImportCutOver: done; the cluster no longer follows the source.
+	ImportCutOver ImportPhase = "CutOver"
+	// ImportCutoverFailed: the cutover stopped; the message says why,
+	// and the annotation's next value tries again.
+	ImportCutoverFailed ImportPhase = "CutoverFailed"
+)
+
+// ImportStatus is a logical import's state, as the primary reports it.
+type ImportStatus struct {
+	// Phase is Replicating, CuttingOver, CutOver or CutoverFailed.
+	Phase ImportPhase `json:"phase"`
+	// Message says what the import does or why the cutover failed.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Cutover is the value of the tusk.dev/import-cutover annotation the
+	// last cutover ran for.
+	// +optional
+	Cutover string `json:"cutover,omitempty"`
+	// WriteGap is how long the cutover kept writes out: from the source
+	// turning read-only to the cluster holding every change and sequence.
+	// +optional
+	WriteGap *metav1.Duration `json:"writeGap,omitempty"`
 }
 
 // ImportSource is how the new primary reaches the source server.
@@ -720,6 +772,11 @@ type PostgresClusterStatus struct {
 	// +optional
 	MajorUpgrade *MajorUpgradeStatus `json:"majorUpgrade,omitempty"`
 
+	// Import is a logical import's state (bootstrap.initdb.import with
+	// method logical).
+	// +optional
+	Import *ImportStatus `json:"import,omitempty"`
+
 	// ArchiveSubdirectory is where, under the backup location, the
 	// cluster's WAL and backups go since its last major upgrade: pg_upgrade
 	// makes a new database system, which needs a location of its own; the
@@ -1002,3 +1059,7 @@ type NetworkPolicySpec struct {
 // such as a prepared transaction. A change of spec.image starts a new
 // upgrade without it.
 const AnnotationRetryUpgrade = "tusk.dev/retry-upgrade"
+
+// AnnotationImportCutover on a PostgresCluster with a logical import asks
+// for its cutover; a new value after a failed cutover tries again.
+const AnnotationImportCutover = "tusk.dev/import-cutover"

@@ -255,6 +255,8 @@ func (f *instanceFlags) addCloneAndUpgradeFlags(fl *pflag.FlagSet) {
 	fl.StringVar(&f.imp.Database, "import-source-database", "postgres", "source database read for the roles and the databases' owners")
 	fl.StringVar(&f.imp.SSLMode, "import-sslmode", "verify-full", "libpq sslmode towards the import source: disable, require, verify-ca or verify-full")
 	fl.StringVar(&f.imp.CAFile, "import-ca-file", "", "CA certificate (PEM) the import source's server certificate is verified against")
+	fl.StringVar(&f.imp.Method, "import-method", "dump", "dump (a one-time copy) or logical (the schema, then a subscription per database until a cutover)")
+	fl.StringVar(&f.imp.Publication, "import-publication", "tusk_import", "the source's publication (in each database) a logical import subscribes to")
 	fl.StringArrayVar(&f.imp.Databases, "import-database", nil, "source database to copy into one of the same name (repeat for several)")
 	fl.StringVar(&f.upgrade.OldCopy, "upgrade-from", "", "where the old major's server was copied (tusk instance copy-binaries): upgrade an older data directory to this image's major before starting; no upgrade when empty")
 	fl.StringVar(&f.upgradeMode, "upgrade-mode", string(pgupgrade.ModeLink), "how the upgrade carries data files: link, copy or clone")

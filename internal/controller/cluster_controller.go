@@ -179,6 +179,9 @@ func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1
 	}
 	v.recovery = recovery
 	p, err := r.reconcileUpgradeOrMembers(ctx, c, v, ic)
+	if err == nil {
+		err = r.reconcileImport(ctx, c, v, ic)
+	}
 	setStatus(c, v, p)
 	if err != nil {
 		return ctrl.Result{}, err

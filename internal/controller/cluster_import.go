@@ -2,11 +2,16 @@ package controller
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/instanceapi"
 )
 
 // importSourceMount is where an importing first instance mounts the
@@ -77,6 +82,12 @@ func importArgs(imp *tuskv1alpha1.ImportSpec) []string {
 	if s.CASecret != nil {
 		args = append(args, "--import-ca-file="+importSourceMount+"-ca/"+fileImportCA)
 	}
+	if imp.Method != "" {
+		args = append(args, "--import-method="+imp.Method)
+	}
+	if imp.Publication != "" {
+		args = append(args, "--import-publication="+imp.Publication)
+	}
 	for _, db := range imp.Databases {
 		args = append(args, "--import-database="+db)
 	}
@@ -96,4 +107,60 @@ func withImport(pod *corev1.Pod, imp *tuskv1alpha1.ImportSpec) {
 		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "import-source-ca", MountPath: importSourceMount + "-ca", ReadOnly: true})
 	}
 	ctr.Command = append(ctr.Command, importArgs(imp)...)
+}
+
+// logicalImport says the cluster follows its import's source by logical
+// replication until a cutover.
+func logicalImport(c *tuskv1alpha1.PostgresCluster) bool {
+	imp := initDB(c).Import
+	return imp != nil && imp.Method == importMethodLogical
+}
+
+const importMethodLogical = "logical"
+
+// reconcileImport follows a logical import: the primary's report becomes
+// status.import, with an Event at each change of phase, and the
+// tusk.dev/import-cutover annotation starts the cutover on the primary
+// (once per value).
+func (r *ClusterReconciler) reconcileImport(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, ic *instanceClient) error {
+	if !logicalImport(c) {
+		return nil
+	}
+	primary := v.member(c.Status.CurrentPrimary)
+	if primary == nil || primary.pod == nil || primary.status == nil || primary.status.Import == nil {
+		return nil
+	}
+	reported := importStatus(primary.status.Import)
+	if old := c.Status.Import; old == nil || old.Phase != reported.Phase {
+		r.importEvent(c, reported)
+	}
+	c.Status.Import = reported
+	want := c.Annotations[tuskv1alpha1.AnnotationImportCutover]
+	if want == "" || reported.Phase == tuskv1alpha1.ImportCutOver || reported.Phase == tuskv1alpha1.ImportCuttingOver ||
+		(reported.Phase == tuskv1alpha1.ImportCutoverFailed && reported.Cutover == want) {
+		return nil
+	}
+	if err := ic.call(ctx, primary.pod, http.MethodPost, instanceapi.PathImportCutover, instanceapi.ImportCutoverRequest{Cutover: want}, nil); err != nil {
+		return fmt.Errorf("while asking %s for the import's cutover: %w", primary.name, err)
+	}
+	c.Status.Import.Phase, c.Status.Import.Cutover = tuskv1alpha1.ImportCuttingOver, want
+	c.Status.Import.Message = "making the source read-only and applying its last changes"
+	r.importEvent(c, c.Status.Import)
+	return nil
+}
+
+func importStatus(s *instanceapi.ImportStatus) *tuskv1alpha1.ImportStatus {
+	st := &tuskv1alpha1.ImportStatus{Phase: tuskv1alpha1.ImportPhase(s.Phase), Message: s.Message, Cutover: s.Cutover}
+	if s.WriteGapSeconds > 0 {
+		st.WriteGap = &metav1.Duration{Duration: time.Duration(s.WriteGapSeconds * float64(time.Second)).Round(time.Millisecond)}
+	}
+	return st
+}
+
+func (r *ClusterReconciler) importEvent(c *tuskv1alpha1.PostgresCluster, s *tuskv1alpha1.ImportStatus) {
+	eventType := corev1.EventTypeNormal
+	if s.Phase == tuskv1alpha1.ImportCutoverFailed {
+		eventType = corev1.EventTypeWarning
+	}
+	r.event(c, eventType, "Import"+string(s.Phase), "Import", "%s", s.Message)
 }

@@ -36,6 +36,10 @@ type ImportOptions struct {
 	// Databases are the source databases copied, each into one of the
 	// same name.
 	Databases []string
+	// Method is "dump" (a one-time copy) or "logical" (the schema, then a
+	// subscription per database to Publication until a cutover).
+	Method      string
+	Publication string
 }
 
 // minImportMajor is the oldest source major an import reads: the
@@ -65,6 +69,12 @@ func (o *ImportOptions) validate(recovery *RecoveryOptions, clone *CloneOptions)
 	if len(o.Databases) == 0 {
 		errs = append(errs, errors.New("an import needs at least one database to copy"))
 	}
+	switch {
+	case o.Method != "dump" && o.Method != importMethodLogical:
+		errs = append(errs, fmt.Errorf("import method %q is neither dump nor logical", o.Method))
+	case o.Method == importMethodLogical && o.Publication == "":
+		errs = append(errs, errors.New("a logical import needs the source's publication"))
+	}
 	if recovery != nil || clone != nil {
 		errs = append(errs, errors.New("a new primary imports, recovers from a backup or clones another cluster: only one"))
 	}
@@ -89,7 +99,7 @@ func (m *Manager) importPrimary(ctx context.Context, dir string) error {
 		if err := m.createRolesAndDatabase(ctx, conn); err != nil {
 			return err
 		}
-		return m.importInto(ctx, conn)
+		return m.importInto(ctx, dir, conn)
 	})
 }
 
@@ -104,7 +114,7 @@ type importSource struct {
 	passwords bool
 }
 
-func (m *Manager) importInto(ctx context.Context, local *pgx.Conn) error {
+func (m *Manager) importInto(ctx context.Context, dir string, local *pgx.Conn) error {
 	imp := m.opts.Import
 	password, err := readPasswordFile(imp.PasswordFile)
 	if err != nil {
@@ -128,13 +138,23 @@ func (m *Manager) importInto(ctx context.Context, local *pgx.Conn) error {
 	}
 	m.log.Info("Imported the source's roles", "source", sourceName(imp), "sourceVersion", src.version,
 		"created", plan.created, "kept", plan.kept, "withoutPassword", plan.withoutPassword, "attributesDropped", plan.dropped)
+	logical := &importState{Subscriptions: map[string]string{}}
 	for i, db := range src.databases {
-		m.setRecoveryStep("", fmt.Sprintf("copying the database %s (%d of %d) from %s with pg_dump and pg_restore", db.name, i+1, len(src.databases), sourceName(imp)))
+		what := "the database"
+		if imp.Method == importMethodLogical {
+			what = "the schema of the database"
+		}
+		m.setRecoveryStep("", fmt.Sprintf("copying %s %s (%d of %d) from %s with pg_dump and pg_restore", what, db.name, i+1, len(src.databases), sourceName(imp)))
 		start := time.Now()
 		if err := m.importDatabase(ctx, local, db, password); err != nil {
 			return err
 		}
-		m.log.Info("Imported a database", "database", db.name, "seconds", time.Since(start).Seconds())
+		if imp.Method == importMethodLogical {
+			if err := m.prepareLogicalImport(ctx, dir, db, password, logical); err != nil {
+				return err
+			}
+		}
+		m.log.Info("Imported a database", "database", db.name, "method", imp.Method, "seconds", time.Since(start).Seconds())
 	}
 	return nil
 }
@@ -380,9 +400,16 @@ func (m *Manager) importDatabase(ctx context.Context, local *pgx.Conn, db source
 	// Subscriptions would connect out of the new cluster on their own,
 	// and its storage has no tablespaces but the default.
 	dump := []string{"--format=custom", "--no-subscriptions", "--no-tablespaces"}
+	if imp.Method == importMethodLogical {
+		// The subscription's initial copy brings the rows.
+		dump = append(dump, "--schema-only")
+	}
 	restore := []string{"--exit-on-error", "--no-tablespaces", "--dbname=" + db.name}
 	if err := m.pipeTools(ctx, dumpEnv, dump, restoreEnv, restore); err != nil {
 		return fmt.Errorf("while copying the database %s: %w", db.name, err)
+	}
+	if imp.Method == importMethodLogical {
+		return nil
 	}
 	_, err := m.runToolIn(ctx, "", restoreEnv, filepath.Join(m.opts.BinDir, "vacuumdb"), "--analyze-only", "--quiet", "--dbname="+db.name)
 	return err

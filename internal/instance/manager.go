@@ -150,6 +150,8 @@ func (b Backoff) next(d time.Duration) time.Duration {
 // Manager runs one PostgreSQL instance.
 type Manager struct {
 	opts Options
+	// cutoverRunning says a logical import's cutover runs.
+	cutoverRunning atomic.Bool
 	// postUpgradeSQL is what pg_upgrade left to run once the upgraded
 	// server is up (extension updates); guarded by mu.
 	postUpgradeSQL string
@@ -256,6 +258,8 @@ type state struct {
 	dataDir *instanceapi.DataDirState
 	// upgrade is the major upgrade this start ran or runs; nil for none.
 	upgrade *instanceapi.UpgradeStatus
+	// logicalImport is a logical import's state; nil without one.
+	logicalImport *instanceapi.ImportStatus
 }
 
 // operation is work that must not overlap with supervision: role changes,
@@ -386,6 +390,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		m.setError(err)
 		return err
 	}
+	m.startLogicalImport(ctx)
 	return m.supervise(ctx)
 }
 

@@ -65,6 +65,22 @@ func (m *Manager) waitRunning(ctx context.Context) error {
 	return m.waitUntilAccepting(ctx, pm.Done())
 }
 
+// waitStartedAndRunning waits until the supervisor has started postgres
+// and it accepts connections: work launched before the first start
+// (after an upgrade or an import) waits for it here.
+func (m *Manager) waitStartedAndRunning(ctx context.Context) error {
+	for {
+		if err := m.waitRunning(ctx); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 // stopPostgres stops postgres starting with mode. It forgets the postmaster
 // first, so the run loop does not take the exit for a crash.
 func (m *Manager) stopPostgres(mode supervisor.ShutdownMode) error {

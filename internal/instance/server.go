@@ -155,6 +155,7 @@ func (m *Manager) routes() http.Handler {
 	mux.HandleFunc("PUT "+instanceapi.PathSQLPublications, serveApply(m.ApplyPublication))
 	mux.HandleFunc("PUT "+instanceapi.PathSQLSubscriptions, serveApply(m.ApplySubscription))
 	mux.HandleFunc("GET "+instanceapi.PathSQLSlots, m.serveSlots)
+	mux.HandleFunc("POST "+instanceapi.PathImportCutover, m.serveImportCutover)
 	return mux
 }
 

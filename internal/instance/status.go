@@ -37,6 +37,7 @@ func (m *Manager) managerStatus() instanceapi.Status {
 		Recovery:     st.recovery,
 		DataDir:      st.dataDir,
 		Upgrade:      st.upgrade,
+		Import:       st.logicalImport,
 	}
 	if st.role == instanceapi.RoleReplica {
 		status.Diverged = m.postmasterDiverged()

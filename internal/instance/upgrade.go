@@ -247,7 +247,7 @@ func (m *Manager) runUpgradeTool(ctx context.Context, dir string, env []string, 
 // carries without extended statistics from 18 on. Failures are logged:
 // the cluster serves without them, only slower until autovacuum analyzes.
 func (m *Manager) afterUpgrade(ctx context.Context) {
-	if err := m.waitRunning(ctx); err != nil {
+	if err := m.waitStartedAndRunning(ctx); err != nil {
 		return
 	}
 	m.mu.Lock()

@@ -48,7 +48,29 @@ const (
 	// which nothing can be written, has little left to write. See
 	// CheckpointResult.
 	PathCheckpoint = "/v1/checkpoint"
+	// PathImportCutover starts the cutover of a logical import on the
+	// primary (POST, ImportCutoverRequest); it answers 202 at once, and
+	// Status.Import follows it.
+	PathImportCutover = "/v1/import/cutover"
 )
+
+// ImportCutoverRequest names the cutover asked for (the annotation's
+// value): a cutover that ran for it is not run again.
+type ImportCutoverRequest struct {
+	Cutover string `json:"cutover"`
+}
+
+// ImportStatus is a logical import's state on the primary.
+type ImportStatus struct {
+	// Phase is Replicating, CuttingOver, CutOver or CutoverFailed.
+	Phase string `json:"phase"`
+	// Message says what the import does, or why the cutover failed.
+	Message string `json:"message,omitempty"`
+	// Cutover is the request the last cutover ran for.
+	Cutover string `json:"cutover,omitempty"`
+	// WriteGapSeconds is how long the cutover kept writes out.
+	WriteGapSeconds float64 `json:"writeGapSeconds,omitempty"`
+}
 
 // DefaultStatusPort is where the instance manager serves HTTP in a pod.
 const DefaultStatusPort = 8000
@@ -204,6 +226,9 @@ type Status struct {
 	// Upgrade is the major upgrade this instance ran or runs; nil when
 	// it was started without one.
 	Upgrade *UpgradeStatus `json:"upgrade,omitempty"`
+	// Import is the logical import this primary follows or followed; nil
+	// without one.
+	Import *ImportStatus `json:"import,omitempty"`
 	// Restarts counts unexpected postgres exits the manager recovered from.
 	Restarts int `json:"restarts,omitempty"`
 	// CrashStreak counts the unexpected exits in a row, each within 30 s of

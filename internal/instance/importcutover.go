@@ -1,0 +1,233 @@
+package instance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"tusk.dev/tusk/internal/instanceapi"
+)
+
+// cutoverDB is one database of a cutover: the local session, the
+// source's (opened with the subscription's own connection string), and
+// the subscription.
+type cutoverDB struct {
+	name, subscription string
+	local, source      *pgx.Conn
+}
+
+// serveImportCutover starts a cutover in the background and answers 202;
+// the status follows it. A cutover already done for the request, or one
+// running, is not started again.
+func (m *Manager) serveImportCutover(w http.ResponseWriter, r *http.Request) {
+	var req instanceapi.ImportCutoverRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Cutover == "" {
+		http.Error(w, "a cutover request names the cutover", http.StatusBadRequest)
+		return
+	}
+	st, err := readImportState(m.opts.DataDir)
+	switch {
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	case st == nil:
+		http.Error(w, "this instance follows no logical import", http.StatusConflict)
+		return
+	case m.snapshot().role != instanceapi.RolePrimary:
+		http.Error(w, "only the primary cuts over", http.StatusConflict)
+		return
+	}
+	if !st.CutOver && m.cutoverRunning.CompareAndSwap(false, true) {
+		go func() {
+			defer m.cutoverRunning.Store(false)
+			m.cutover(context.WithoutCancel(r.Context()), st, req.Cutover)
+		}()
+	}
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// cutover makes the source's databases read-only and ends their client
+// sessions, waits until every subscription has applied the source's WAL
+// up to that point, copies the sequences' values, and drops the
+// subscriptions (and so the slots on the source). A failure before the
+// drops gives the source its writes back.
+func (m *Manager) cutover(ctx context.Context, st *importState, request string) {
+	m.mu.Lock()
+	m.state.logicalImport = &instanceapi.ImportStatus{Phase: importCuttingOver, Cutover: request,
+		Message: "making the source read-only and applying its last changes"}
+	m.mu.Unlock()
+	dbs, err := m.openCutover(ctx, st)
+	defer closeCutover(dbs)
+	var gap time.Duration
+	if err == nil {
+		gap, err = m.runCutover(ctx, dbs)
+	}
+	st.Cutover = request
+	if err != nil {
+		m.log.Error(err, "The logical import's cutover failed")
+		m.reportImport(st, "the cutover failed: "+err.Error())
+		return
+	}
+	st.CutOver, st.WriteGapSeconds = true, gap.Seconds()
+	if err := writeImportState(m.opts.DataDir, st); err != nil {
+		m.log.Error(err, "Recording the cutover")
+	}
+	m.log.Info("Cut over from the logical import's source", "writeGapSeconds", gap.Seconds())
+	m.reportImport(st, "")
+}
+
+func (m *Manager) openCutover(ctx context.Context, st *importState) ([]cutoverDB, error) {
+	var dbs []cutoverDB
+	for _, db := range slices.Sorted(maps.Keys(st.Subscriptions)) {
+		c := cutoverDB{name: db, subscription: st.Subscriptions[db]}
+		var err error
+		if c.local, err = m.connectDatabase(ctx, db); err != nil {
+			return dbs, err
+		}
+		dbs = append(dbs, c)
+		var conninfo string
+		err = c.local.QueryRow(ctx, "SELECT subconninfo FROM pg_subscription WHERE subname = $1 AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())",
+			c.subscription).Scan(&conninfo)
+		if err != nil {
+			return dbs, fmt.Errorf("while reading the subscription %s of %s: %w", c.subscription, db, err)
+		}
+		// pgx loads sslcert and sslkey when it parses them; the import
+		// names a file that does not exist, to present none.
+		cfg, err := pgx.ParseConfig(clientCertParams.ReplaceAllString(conninfo, ""))
+		if err != nil {
+			return dbs, fmt.Errorf("while reading the connection string of the subscription %s", c.subscription)
+		}
+		if dbs[len(dbs)-1].source, err = pgx.ConnectConfig(ctx, cfg); err != nil {
+			return dbs, fmt.Errorf("while connecting to the source's database %s: %s", db, redactConnInfo(err.Error(), conninfo))
+		}
+	}
+	return dbs, nil
+}
+
+// clientCertParams are the sslcert and sslkey of a subscription's
+// connection string, as prepareLogicalImport wrote them.
+var clientCertParams = regexp.MustCompile(` ssl(cert|key)='[^']*'`)
+
+func closeCutover(dbs []cutoverDB) {
+	for _, c := range dbs {
+		for _, conn := range []*pgx.Conn{c.local, c.source} {
+			if conn != nil {
+				_ = conn.Close(context.Background())
+			}
+		}
+	}
+}
+
+func (m *Manager) runCutover(ctx context.Context, dbs []cutoverDB) (time.Duration, error) {
+	start := time.Now()
+	ends := make([]string, len(dbs))
+	var err error
+	for i, c := range dbs {
+		if ends[i], err = stopSourceWrites(ctx, c); err != nil {
+			return 0, errors.Join(err, resumeSourceWrites(ctx, dbs))
+		}
+	}
+	m.log.Info("The source is read-only; waiting for the subscriptions to apply its last changes")
+	for i, c := range dbs {
+		if err := waitSlotConfirmed(ctx, c, ends[i]); err != nil {
+			return 0, errors.Join(err, resumeSourceWrites(ctx, dbs))
+		}
+		if err := copySequences(ctx, c); err != nil {
+			return 0, errors.Join(err, resumeSourceWrites(ctx, dbs))
+		}
+	}
+	for _, c := range dbs {
+		// Drops the slot on the source too, through the subscription's
+		// connection.
+		if _, err := c.local.Exec(ctx, "DROP SUBSCRIPTION "+ident(c.subscription)); err != nil {
+			return 0, fmt.Errorf("while dropping the subscription %s of %s (the source stays read-only): %w", c.subscription, c.name, err)
+		}
+	}
+	return time.Since(start), nil
+}
+
+// stopSourceWrites makes a source database read-only for new sessions and
+// ends its client sessions (the import's own aside), then returns the
+// source's WAL position: every commit they made is before it.
+func stopSourceWrites(ctx context.Context, c cutoverDB) (string, error) {
+	if _, err := c.source.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s SET default_transaction_read_only = on", ident(c.name))); err != nil {
+		return "", fmt.Errorf("while making the source's database %s read-only (the import's user must own it or be a superuser): %w", c.name, err)
+	}
+	if _, err := c.source.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+ WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`); err != nil {
+		return "", fmt.Errorf("while ending the client sessions of the source's database %s: %w", c.name, err)
+	}
+	var end string
+	err := c.source.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&end)
+	return end, err
+}
+
+// resumeSourceWrites undoes stopSourceWrites after a failed cutover.
+func resumeSourceWrites(ctx context.Context, dbs []cutoverDB) error {
+	var errs []error
+	for _, c := range dbs {
+		if _, err := c.source.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s RESET default_transaction_read_only", ident(c.name))); err != nil {
+			errs = append(errs, fmt.Errorf("the source's database %s stays read-only: %w", c.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// waitSlotConfirmed waits until the subscriber confirmed, as flushed, the
+// source's WAL up to end.
+func waitSlotConfirmed(ctx context.Context, c cutoverDB, end string) error {
+	ctx, cancel := context.WithTimeout(ctx, cutoverTimeout)
+	defer cancel()
+	for {
+		var done bool
+		err := c.source.QueryRow(ctx, "SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1", c.subscription, end).Scan(&done)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("the source has no slot %s for the database %s", c.subscription, c.name)
+		case err != nil:
+			return fmt.Errorf("while waiting for the subscription %s to catch up: %w", c.subscription, err)
+		case done:
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the subscription %s of %s did not apply the source's changes up to %s within %s", c.subscription, c.name, end, cutoverTimeout)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// copySequences sets every sequence of the database to the source's value:
+// logical replication carries rows, not sequences.
+func copySequences(ctx context.Context, c cutoverDB) error {
+	rows, err := c.source.Query(ctx, "SELECT format('%I.%I', schemaname, sequencename), last_value FROM pg_sequences WHERE last_value IS NOT NULL")
+	if err != nil {
+		return fmt.Errorf("while reading the source's sequences in %s: %w", c.name, err)
+	}
+	type seq struct {
+		name  string
+		value int64
+	}
+	seqs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (seq, error) {
+		var s seq
+		err := row.Scan(&s.name, &s.value)
+		return s, err
+	})
+	if err != nil {
+		return fmt.Errorf("while reading the source's sequences in %s: %w", c.name, err)
+	}
+	for _, s := range seqs {
+		if _, err := c.local.Exec(ctx, "SELECT setval($1::regclass, $2, true)", s.name, s.value); err != nil {
+			return fmt.Errorf("while setting the sequence %s of %s: %w", s.name, c.name, err)
+		}
+	}
+	return nil
+}

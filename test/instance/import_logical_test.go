@@ -1,0 +1,123 @@
+//go:build integration
+
+package instance
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"tusk.dev/tusk/internal/instanceapi"
+)
+
+// TestLogicalImportCutover: a logical import copies the schema at
+// bootstrap, then follows the source through a subscription (rows written
+// after the bootstrap arrive); the cutover makes the source's database
+// read-only, applies the last rows, copies the sequences and drops the
+// subscription and its slot; a second request for the same cutover
+// changes nothing. The import's user is no superuser: REPLICATION, a
+// member of the database's owner and of pg_signal_backend.
+func TestLogicalImportCutover(t *testing.T) {
+	sourcePKI, ownPKI := newClusterPKI(t), newClusterPKI(t)
+	source := startNode(t, "lsrc-1", nodeOptions{role: instanceapi.RolePrimary, tls: sourcePKI,
+		config: &instanceapi.Config{Parameters: map[string]string{"wal_level": "logical"}}})
+	source.waitReady(instanceapi.RolePrimary)
+	source.exec(`CREATE ROLE shop LOGIN PASSWORD 'shop-secret';
+CREATE ROLE migrator LOGIN REPLICATION PASSWORD 'migrate-me' IN ROLE pg_read_all_data, pg_signal_backend, shop`)
+	source.exec("CREATE DATABASE shop OWNER shop")
+	inShop := func(n *node, user, password, sql string) (string, error) {
+		conn, err := n.tryConnect(context.Background(), user, password, "shop")
+		if err != nil {
+			return "", err
+		}
+		defer func() { _ = conn.Close(context.Background()) }()
+		var out string
+		err = conn.QueryRow(context.Background(), sql).Scan(&out)
+		return out, err
+	}
+	mustInShop := func(n *node, sql string) string {
+		t.Helper()
+		out, err := inShop(n, "postgres", superuserPassword, sql)
+		if err != nil {
+			t.Fatalf("%s: %s: %v", n.name, sql, err)
+		}
+		return out
+	}
+	source.withConn("postgres", superuserPassword, "shop", func(conn *pgx.Conn) error {
+		_, err := conn.Exec(context.Background(), `CREATE TABLE orders (id serial PRIMARY KEY, note text NOT NULL);
+ALTER TABLE orders OWNER TO shop; INSERT INTO orders (note) SELECT 'order ' || g FROM generate_series(1, 500) g;
+CREATE PUBLICATION tusk_import FOR ALL TABLES`)
+		return err
+	})
+
+	caDir := filepath.Join(workDir(t), "import-ca")
+	mountCerts(t, caDir, sourcePKI.repl, sourcePKI.ca)
+	secrets := filepath.Join(workDir(t), "import-secrets")
+	if err := os.Mkdir(secrets, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	chown(t, secrets)
+	n := startNode(t, "limp-1", nodeOptions{role: instanceapi.RolePrimary, tls: ownPKI, extraArgs: []string{
+		"--import-host", "127.0.0.1", "--import-port", strconv.Itoa(source.port), "--import-method", "logical",
+		"--import-user", "migrator", "--import-password-file", writeSecret(t, secrets, "password", "migrate-me"),
+		"--import-sslmode", "verify-full", "--import-ca-file", filepath.Join(caDir, "ca.crt"), "--import-database", "shop"}})
+	n.waitReady(instanceapi.RolePrimary)
+	n.waitFor("the import replicating", func(st instanceapi.Status) error {
+		if st.Import == nil || st.Import.Phase != "Replicating" {
+			return fmt.Errorf("import %+v", st.Import)
+		}
+		return nil
+	})
+	waitShop := func(sql, want string) {
+		t.Helper()
+		n.waitFor(sql+" = "+want, func(instanceapi.Status) error {
+			got, err := inShop(n, "postgres", superuserPassword, sql)
+			if err != nil || got != want {
+				return fmt.Errorf("%q (%v)", got, err)
+			}
+			return nil
+		})
+	}
+	waitShop("SELECT count(*)::text FROM orders", "500")
+	mustInShop(source, "WITH i AS (INSERT INTO orders (note) SELECT 'later ' || g FROM generate_series(1, 100) g RETURNING 1) SELECT count(*)::text FROM i")
+	waitShop("SELECT count(*)::text FROM orders", "600")
+
+	n.command("POST", instanceapi.PathImportCutover, instanceapi.ImportCutoverRequest{Cutover: "now"}, nil)
+	st := n.waitFor("the cutover", func(st instanceapi.Status) error {
+		if st.Import == nil || (st.Import.Phase != "CutOver" && st.Import.Phase != "CutoverFailed") {
+			return fmt.Errorf("import %+v", st.Import)
+		}
+		return nil
+	})
+	if st.Import.Phase != "CutOver" || st.Import.WriteGapSeconds <= 0 || st.Import.Cutover != "now" {
+		t.Fatalf("import %+v: want CutOver for \"now\" with a write gap", st.Import)
+	}
+	t.Logf("cutover write gap %.3fs", st.Import.WriteGapSeconds)
+	if got := mustInShop(n, "SELECT nextval('orders_id_seq')::text"); got != "601" {
+		t.Errorf("nextval after the cutover = %s, want 601 (the source's sequence)", got)
+	}
+	if got := mustInShop(n, "SELECT count(*)::text FROM pg_subscription"); got != "0" {
+		t.Errorf("%s subscriptions left after the cutover", got)
+	}
+	if got := mustInShop(source, "SELECT count(*)::text FROM pg_replication_slots WHERE slot_type = 'logical'"); got != "0" {
+		t.Errorf("%s logical slots left on the source after the cutover", got)
+	}
+	if _, err := inShop(source, "shop", "shop-secret", "INSERT INTO orders (note) VALUES ('too late') RETURNING 'x'"); err == nil ||
+		!strings.Contains(err.Error(), "read-only transaction") {
+		t.Errorf("a write on the source after the cutover: %v, want a read-only refusal", err)
+	}
+	if got := mustInShop(n, "INSERT INTO orders (note) VALUES ('on the new cluster') RETURNING id::text"); got != "602" {
+		t.Errorf("a write on the new cluster got id %s, want 602", got)
+	}
+	// The same request again changes nothing.
+	n.command("POST", instanceapi.PathImportCutover, instanceapi.ImportCutoverRequest{Cutover: "now"}, nil)
+	if st, _ := n.status(context.Background()); st.Import == nil || st.Import.Phase != "CutOver" {
+		t.Errorf("after a repeated request the import is %+v", st.Import)
+	}
+}
