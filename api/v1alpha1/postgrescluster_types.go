@@ -419,14 +419,14 @@ type ImportSpec struct {
 type ImportPhase string
 
 const (
-	// ImportReplicating: the subscriptions follow the source.
+	// ImportReplicating says the subscriptions follow the source.
 	ImportReplicating ImportPhase = "Replicating"
-	// ImportCuttingOver: the source is read-only and the last changes are
+	// ImportCuttingOver says the source is read-only and the last changes are
 	// being applied.
 	ImportCuttingOver ImportPhase = "CuttingOver"
-	// ImportCutOver: done; the cluster no longer follows the source.
+	// ImportCutOver says the cutover is done; the cluster no longer follows the source.
 	ImportCutOver ImportPhase = "CutOver"
-	// ImportCutoverFailed: the cutover stopped; the message says why,
+	// ImportCutoverFailed says the cutover stopped; the message says why,
 	// and the annotation's next value tries again.
 	ImportCutoverFailed ImportPhase = "CutoverFailed"
 )

@@ -67,7 +67,7 @@ func importStatePath(dataDir string) string {
 }
 
 func readImportState(dataDir string) (*importState, error) {
-	data, err := os.ReadFile(importStatePath(dataDir)) //nolint:gosec // in the data directory
+	data, err := os.ReadFile(importStatePath(dataDir))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

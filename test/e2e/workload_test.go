@@ -67,6 +67,9 @@ type workloadWriter struct {
 	// maxLost is the checker's --max-lost: 0 (synchronous mode) unless
 	// the test bounds the loss itself (assertBoundedLoss).
 	maxLost int
+	// splitBrainWindow overrides the checker's --split-brain-window when
+	// set ("0s": off, where two servers take writes by design).
+	splitBrainWindow string
 }
 
 // startWorkload starts the writer against cluster's -rw Service and waits
@@ -299,7 +302,11 @@ func (w *workloadWriter) Check(t *testing.T) *workload.CheckReport {
 		out string
 		err error
 	)
-	args := []string{workloadBinary, "workload", "check", "--ledger", w.ledger, "--table", w.table, "--split-brain-window", splitBrainWindow,
+	window := splitBrainWindow
+	if w.splitBrainWindow != "" {
+		window = w.splitBrainWindow
+	}
+	args := []string{workloadBinary, "workload", "check", "--ledger", w.ledger, "--table", w.table, "--split-brain-window", window,
 		"--max-lost", strconv.Itoa(w.maxLost), "--read-timeout", checkReadTimeout.String()}
 	if w.stopped == nil {
 		args = append(args, "--live")

@@ -79,7 +79,7 @@ CREATE PUBLICATION tusk_import FOR ALL TABLES`)
 		n.waitFor(sql+" = "+want, func(instanceapi.Status) error {
 			got, err := inShop(n, "postgres", superuserPassword, sql)
 			if err != nil || got != want {
-				return fmt.Errorf("%q (%v)", got, err)
+				return fmt.Errorf("%q (%w)", got, err)
 			}
 			return nil
 		})
