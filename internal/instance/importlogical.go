@@ -217,8 +217,11 @@ func (m *Manager) enableLogicalImport(ctx context.Context, st *importState) erro
 // reportImport sets the import's status from its state; failure, when
 // set, is why the last step failed.
 func (m *Manager) reportImport(st *importState, failure string) {
-	r := &instanceapi.ImportStatus{Phase: importReplicating, Cutover: st.Cutover,
-		Message: fmt.Sprintf("following the source's %d databases (subscriptions %s)", len(st.Subscriptions), strings.Join(sortedValues(st.Subscriptions), ", "))}
+	var follows []string
+	for _, db := range slices.Sorted(maps.Keys(st.Subscriptions)) {
+		follows = append(follows, fmt.Sprintf("database %s by subscription %s", db, st.Subscriptions[db]))
+	}
+	r := &instanceapi.ImportStatus{Phase: importReplicating, Cutover: st.Cutover, Message: "following the source: " + strings.Join(follows, ", ")}
 	switch {
 	case st.CutOver:
 		r.Phase, r.WriteGapSeconds = importCutOver, st.WriteGapSeconds
@@ -231,9 +234,6 @@ func (m *Manager) reportImport(st *importState, failure string) {
 	m.mu.Unlock()
 }
 
-func sortedValues(m map[string]string) []string {
-	return slices.Sorted(maps.Values(m))
-}
 
 // cutoverTimeout bounds the wait for the subscriptions to apply the
 // source's last changes.

@@ -80,3 +80,10 @@ func upgradeFailedCluster() *tuskv1alpha1.PostgresCluster {
 	}
 	return c
 }
+
+func importingCluster() *tuskv1alpha1.PostgresCluster {
+	c := healthyCluster()
+	c.Status.Import = &tuskv1alpha1.ImportStatus{Phase: tuskv1alpha1.ImportReplicating,
+		Message: "following the source: database app by subscription tusk_import_06bf98cd8f2a"}
+	return c
+}

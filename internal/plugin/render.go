@@ -29,6 +29,7 @@ func renderStatus(w io.Writer, c *tuskv1alpha1.PostgresCluster) error {
 		fmt.Fprintf(tw, "\nSwitchover under way: the primary moves from %s to %s.\n", orNone(st.CurrentPrimary), st.TargetPrimary)
 	}
 	renderMajorUpgrade(tw, c)
+	renderImport(tw, c)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -53,6 +54,22 @@ func renderMajorUpgrade(w io.Writer, c *tuskv1alpha1.PostgresCluster) {
 		}
 	default:
 		fmt.Fprintf(w, "\nMajor upgrade under way, PostgreSQL %d to %d (%s): %s.\n", u.FromMajor, u.ToMajor, u.Phase, u.Message)
+	}
+}
+
+// renderImport says where a logical import is, and how to cut over.
+func renderImport(w io.Writer, c *tuskv1alpha1.PostgresCluster) {
+	imp := c.Status.Import
+	if imp == nil {
+		return
+	}
+	fmt.Fprintf(w, "\nLogical import: %s: %s.\n", imp.Phase, imp.Message)
+	switch imp.Phase {
+	case tuskv1alpha1.ImportReplicating:
+		fmt.Fprintf(w, "Cut over when ready: kubectl annotate pgc %s -n %s %s=now\n", c.Name, c.Namespace, tuskv1alpha1.AnnotationImportCutover)
+	case tuskv1alpha1.ImportCutoverFailed:
+		fmt.Fprintf(w, "Fix the cause, then try again: kubectl annotate pgc %s -n %s --overwrite %s=retry-1 (any new value)\n",
+			c.Name, c.Namespace, tuskv1alpha1.AnnotationImportCutover)
 	}
 }
 

@@ -44,6 +44,7 @@ func TestRenderStatusGolden(t *testing.T) {
 		"status-degraded":       degradedCluster(),
 		"status-new":            empty,
 		"status-upgrade-failed": upgradeFailedCluster(),
+		"status-importing":      importingCluster(),
 	} {
 		t.Run(name, func(t *testing.T) {
 			var out bytes.Buffer
