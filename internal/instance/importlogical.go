@@ -234,7 +234,6 @@ func (m *Manager) reportImport(st *importState, failure string) {
 	m.mu.Unlock()
 }
 
-
 // cutoverTimeout bounds the wait for the subscriptions to apply the
 // source's last changes.
 const cutoverTimeout = 2 * time.Minute
