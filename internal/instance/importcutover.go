@@ -46,6 +46,11 @@ func (m *Manager) serveImportCutover(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !st.CutOver && m.cutoverRunning.CompareAndSwap(false, true) {
+		// Reported before the answer: the operator's next look sees it.
+		m.mu.Lock()
+		m.state.logicalImport = &instanceapi.ImportStatus{Phase: importCuttingOver, Cutover: req.Cutover,
+			Message: "making the source read-only and applying its last changes"}
+		m.mu.Unlock()
 		go func() {
 			defer m.cutoverRunning.Store(false)
 			m.cutover(context.WithoutCancel(r.Context()), st, req.Cutover)
@@ -60,10 +65,6 @@ func (m *Manager) serveImportCutover(w http.ResponseWriter, r *http.Request) {
 // subscriptions (and so the slots on the source). A failure before the
 // drops gives the source its writes back.
 func (m *Manager) cutover(ctx context.Context, st *importState, request string) {
-	m.mu.Lock()
-	m.state.logicalImport = &instanceapi.ImportStatus{Phase: importCuttingOver, Cutover: request,
-		Message: "making the source read-only and applying its last changes"}
-	m.mu.Unlock()
 	dbs, err := m.openCutover(ctx, st)
 	defer closeCutover(dbs)
 	var gap time.Duration
@@ -76,7 +77,12 @@ func (m *Manager) cutover(ctx context.Context, st *importState, request string) 
 		m.reportImport(st, "the cutover failed: "+err.Error())
 		return
 	}
-	st.CutOver, st.WriteGapSeconds = true, gap.Seconds()
+	// No subscription left to drop: an earlier primary cut over, and
+	// its measure is not in this state file.
+	st.CutOver, st.WriteGapSeconds = true, 0
+	if len(dbs) > 0 {
+		st.WriteGapSeconds = gap.Seconds()
+	}
 	if err := writeImportState(m.opts.DataDir, st); err != nil {
 		m.log.Error(err, "Recording the cutover")
 	}
@@ -96,6 +102,13 @@ func (m *Manager) openCutover(ctx context.Context, st *importState) ([]cutoverDB
 		var conninfo string
 		err = c.local.QueryRow(ctx, "SELECT subconninfo FROM pg_subscription WHERE subname = $1 AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())",
 			c.subscription).Scan(&conninfo)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Dropped by a cutover on an earlier primary: this data
+			// directory's state file was copied before it.
+			_ = c.local.Close(ctx)
+			dbs = dbs[:len(dbs)-1]
+			continue
+		}
 		if err != nil {
 			return dbs, fmt.Errorf("while reading the subscription %s of %s: %w", c.subscription, db, err)
 		}

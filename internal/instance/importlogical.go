@@ -134,7 +134,12 @@ func (m *Manager) prepareLogicalImport(ctx context.Context, dir string, db sourc
 		return err
 	}
 	defer func() { _ = local.Close(context.Background()) }()
-	stmt := fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION %s PUBLICATION %s WITH (connect = false)", ident(name), literal(conninfo), ident(imp.Publication))
+	// synchronous_commit = on: an applied change is acknowledged to the
+	// source only once this cluster's synchronous standbys have it too,
+	// so the cutover, which waits for those acknowledgements, loses
+	// nothing to a failover right after it.
+	stmt := fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION %s PUBLICATION %s WITH (connect = false, synchronous_commit = 'on')",
+		ident(name), literal(conninfo), ident(imp.Publication))
 	if _, err := local.Exec(ctx, stmt); err != nil {
 		return fmt.Errorf("while creating the subscription %s of the database %s: %s", name, db.name, redactConnInfo(err.Error(), conninfo))
 	}
@@ -223,6 +228,8 @@ func (m *Manager) reportImport(st *importState, failure string) {
 	}
 	r := &instanceapi.ImportStatus{Phase: importReplicating, Cutover: st.Cutover, Message: "following the source: " + strings.Join(follows, ", ")}
 	switch {
+	case st.CutOver && st.WriteGapSeconds == 0:
+		r.Phase, r.Message = importCutOver, "cut over on an earlier primary; the cluster no longer follows the source"
 	case st.CutOver:
 		r.Phase, r.WriteGapSeconds = importCutOver, st.WriteGapSeconds
 		r.Message = fmt.Sprintf("cut over: writes were kept out for %.1fs; the cluster no longer follows the source", st.WriteGapSeconds)

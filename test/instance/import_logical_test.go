@@ -120,4 +120,29 @@ CREATE PUBLICATION tusk_import FOR ALL TABLES`)
 	if st, _ := n.status(context.Background()); st.Import == nil || st.Import.Phase != "CutOver" {
 		t.Errorf("after a repeated request the import is %+v", st.Import)
 	}
+	// A replica copied before the cutover, promoted after it, has a state
+	// file that says the import still runs: asked again, it finds the
+	// subscription gone and records the cutover without touching anything.
+	statePath := filepath.Join(n.dir, "pgdata", "tusk-import", "state.json")
+	data, err := os.ReadFile(statePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := strings.Replace(string(data), `"cutOver":true`, `"cutOver":false`, 1)
+	if err := os.WriteFile(statePath, []byte(stale), 0o600); err != nil || stale == string(data) {
+		t.Fatalf("rewriting the state file: %v (%s)", err, data)
+	}
+	n.command("POST", instanceapi.PathImportCutover, instanceapi.ImportCutoverRequest{Cutover: "after-failover"}, nil)
+	st = n.waitFor("the second cutover", func(st instanceapi.Status) error {
+		if st.Import == nil || st.Import.Cutover != "after-failover" || st.Import.Phase == "CuttingOver" {
+			return fmt.Errorf("import %+v", st.Import)
+		}
+		return nil
+	})
+	if st.Import.Phase != "CutOver" || !strings.Contains(st.Import.Message, "earlier primary") {
+		t.Errorf("a cutover of a stale state file: %+v, want CutOver on an earlier primary", st.Import)
+	}
+	if got := mustInShop(n, "SELECT count(*)::text FROM orders"); got != "601" {
+		t.Errorf("%s rows after the second cutover, want 601", got)
+	}
 }
