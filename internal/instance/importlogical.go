@@ -181,15 +181,34 @@ func (m *Manager) startLogicalImport(ctx context.Context) {
 	if st.CutOver || st.Enabled || m.opts.Role != instanceapi.RolePrimary {
 		return
 	}
-	go func() {
+	go m.enableLogicalImportUntilDone(ctx, st)
+}
+
+// enableLogicalImportUntilDone enables the subscriptions once postgres
+// runs, trying again with a growing wait while it fails (the source
+// unreachable, say): the status says why meanwhile.
+func (m *Manager) enableLogicalImportUntilDone(ctx context.Context, st *importState) {
+	var wait time.Duration
+	for {
 		if err := m.waitStartedAndRunning(ctx); err != nil {
 			return
 		}
-		if err := m.enableLogicalImport(ctx, st); err != nil {
-			m.log.Error(err, "Enabling the logical import's subscriptions")
-			m.reportImport(st, "enabling the subscriptions failed: "+err.Error())
+		err := m.enableLogicalImport(ctx, st)
+		if err == nil {
+			return
 		}
-	}()
+		wait = bootstrapRetryBackoff.next(wait)
+		m.log.Error(err, "Enabling the logical import's subscriptions", "retryIn", wait)
+		m.mu.Lock()
+		m.state.logicalImport = &instanceapi.ImportStatus{Phase: importReplicating, Cutover: st.Cutover,
+			Message: fmt.Sprintf("enabling the subscriptions failed, trying again in %s: %v", wait, err)}
+		m.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
 }
 
 // enableLogicalImport enables each subscription and registers its
