@@ -174,13 +174,60 @@ func stopSourceWrites(ctx context.Context, c cutoverDB) (string, error) {
 	if _, err := c.source.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s SET default_transaction_read_only = on", ident(c.name))); err != nil {
 		return "", fmt.Errorf("while making the source's database %s read-only (the import's user must own it or be a superuser): %w", c.name, err)
 	}
-	if _, err := c.source.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
- WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`); err != nil {
+	// Only a superuser may end a superuser's session: an import's user
+	// that is none leaves them (on a Tusk source, the instance manager's
+	// own sessions, which do not write).
+	// The sessions are chosen first, then ended: in one statement the
+	// planner may end a session before it filtered it out.
+	rows, err := c.source.Query(ctx, `SELECT a.pid FROM pg_stat_activity a JOIN pg_roles r ON r.oid = a.usesysid
+ WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.backend_type = 'client backend'
+   AND (NOT r.rolsuper OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user))`)
+	var pids []int32
+	if err == nil {
+		pids, err = pgx.CollectRows(rows, pgx.RowTo[int32])
+	}
+	if err == nil {
+		_, err = c.source.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid", pids)
+	}
+	if err != nil {
 		return "", fmt.Errorf("while ending the client sessions of the source's database %s: %w", c.name, err)
 	}
+	// pg_terminate_backend only signals: a session in the middle of its
+	// commit finishes it, and acknowledges it, before it exits. The WAL
+	// position is read once they all are gone, so it is past every
+	// commit they made.
+	if err := waitSessionsGone(ctx, c, pids); err != nil {
+		return "", err
+	}
 	var end string
-	err := c.source.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&end)
+	err = c.source.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&end)
 	return end, err
+}
+
+// sessionsExitTimeout bounds the wait for the ended sessions to exit.
+const sessionsExitTimeout = 30 * time.Second
+
+// waitSessionsGone waits until none of pids runs on the source.
+func waitSessionsGone(ctx context.Context, c cutoverDB, pids []int32) error {
+	if len(pids) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, sessionsExitTimeout)
+	defer cancel()
+	for {
+		var left int
+		if err := c.source.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)", pids).Scan(&left); err != nil {
+			return fmt.Errorf("while waiting for the ended sessions of the source's database %s to exit (%d of them): %w", c.name, len(pids), err)
+		}
+		if left == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d sessions of the source's database %s did not exit within %s of being ended", left, c.name, sessionsExitTimeout)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // resumeSourceWrites undoes stopSourceWrites after a failed cutover.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -52,6 +53,7 @@ CREATE ROLE migrator LOGIN REPLICATION PASSWORD 'migrate-me' IN ROLE pg_read_all
 	source.withConn("postgres", superuserPassword, "shop", func(conn *pgx.Conn) error {
 		_, err := conn.Exec(context.Background(), `CREATE TABLE orders (id serial PRIMARY KEY, note text NOT NULL);
 ALTER TABLE orders OWNER TO shop; INSERT INTO orders (note) SELECT 'order ' || g FROM generate_series(1, 500) g;
+CREATE TABLE acks (client int, seq int, PRIMARY KEY (client, seq)); ALTER TABLE acks OWNER TO shop;
 CREATE PUBLICATION tusk_import FOR ALL TABLES`)
 		return err
 	})
@@ -88,6 +90,11 @@ CREATE PUBLICATION tusk_import FOR ALL TABLES`)
 	mustInShop(source, "WITH i AS (INSERT INTO orders (note) SELECT 'later ' || g FROM generate_series(1, 100) g RETURNING 1) SELECT count(*)::text FROM i")
 	waitShop("SELECT count(*)::text FROM orders", "600")
 
+	// Writers commit on the source, each on its own session, until the
+	// cutover ends their sessions: every commit they saw acknowledged
+	// must reach the new cluster, the last ones, in flight as their
+	// sessions were ended, included.
+	acked := startAckWriters(t, source, 8)
 	n.command("POST", instanceapi.PathImportCutover, instanceapi.ImportCutoverRequest{Cutover: "now"}, nil)
 	st := n.waitFor("the cutover", func(st instanceapi.Status) error {
 		if st.Import == nil || (st.Import.Phase != "CutOver" && st.Import.Phase != "CutoverFailed") {
@@ -99,6 +106,7 @@ CREATE PUBLICATION tusk_import FOR ALL TABLES`)
 		t.Fatalf("import %+v: want CutOver for \"now\" with a write gap", st.Import)
 	}
 	t.Logf("cutover write gap %.3fs", st.Import.WriteGapSeconds)
+	checkAcksArrived(t, n, acked())
 	if got := mustInShop(n, "SELECT nextval('orders_id_seq')::text"); got != "601" {
 		t.Errorf("nextval after the cutover = %s, want 601 (the source's sequence)", got)
 	}
@@ -145,4 +153,70 @@ CREATE PUBLICATION tusk_import FOR ALL TABLES`)
 	if got := mustInShop(n, "SELECT count(*)::text FROM orders"); got != "601" {
 		t.Errorf("%s rows after the second cutover, want 601", got)
 	}
+}
+
+// startAckWriters starts clients that insert (client, seq) into acks on
+// the source's shop database, each on one session, until an error (the
+// cutover ending the session); the function returned waits for them and
+// gives every acknowledged row.
+func startAckWriters(t *testing.T, source *node, clients int) func() map[[2]int]bool {
+	t.Helper()
+	var mu sync.Mutex
+	acked := map[[2]int]bool{}
+	var wg sync.WaitGroup
+	for c := range clients {
+		conn, err := source.tryConnect(context.Background(), "shop", "shop-secret", "shop")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { _ = conn.Close(context.Background()) }()
+			for seq := 1; ; seq++ {
+				if _, err := conn.Exec(context.Background(), "INSERT INTO acks VALUES ($1, $2)", c, seq); err != nil {
+					return
+				}
+				mu.Lock()
+				acked[[2]int{c, seq}] = true
+				mu.Unlock()
+			}
+		}()
+	}
+	return func() map[[2]int]bool {
+		wg.Wait()
+		return acked
+	}
+}
+
+// checkAcksArrived checks that every acknowledged row is on n.
+func checkAcksArrived(t *testing.T, n *node, acked map[[2]int]bool) {
+	t.Helper()
+	conn, err := n.tryConnect(context.Background(), "postgres", superuserPassword, "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	rows, err := conn.Query(context.Background(), "SELECT client, seq FROM acks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	present := map[[2]int]bool{}
+	for rows.Next() {
+		var c, s int
+		if err := rows.Scan(&c, &s); err != nil {
+			t.Fatal(err)
+		}
+		present[[2]int{c, s}] = true
+	}
+	var lost [][2]int
+	for k := range acked {
+		if !present[k] {
+			lost = append(lost, k)
+		}
+	}
+	if len(acked) == 0 || len(lost) > 0 {
+		t.Errorf("%d rows acknowledged on the source before the cutover, %d of them missing on the new cluster: %v", len(acked), len(lost), lost)
+	}
+	t.Logf("%d rows acknowledged on the source during the cutover's start, all on the new cluster", len(acked))
 }
