@@ -239,6 +239,12 @@ func (r *ClusterReconciler) setUpgradePhase(ctx context.Context, c *tuskv1alpha1
 	case tuskv1alpha1.MajorUpgradeRollingBack:
 		eventType = corev1.EventTypeWarning
 	}
+	// The condition goes with the phase in the same write: written apart,
+	// a reader saw Succeeded beside a condition still saying
+	// CloningReplicas.
+	if cond, ok := majorUpgradeCondition(c); ok {
+		meta.SetStatusCondition(&c.Status.Conditions, cond)
+	}
 	if err := r.writeStatus(ctx, c); err != nil {
 		return err
 	}
