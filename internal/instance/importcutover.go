@@ -90,33 +90,34 @@ func (m *Manager) cutover(ctx context.Context, st *importState, request string) 
 	m.reportImport(st, "")
 }
 
+// openCutover opens, for each database whose subscription is still
+// there, a local session and one to the source with the subscription's
+// own connection string. A subscription already gone was dropped by a
+// cutover on an earlier primary (this data directory's state file was
+// copied before it).
 func (m *Manager) openCutover(ctx context.Context, st *importState) ([]cutoverDB, error) {
 	var dbs []cutoverDB
 	for _, db := range slices.Sorted(maps.Keys(st.Subscriptions)) {
-		c := cutoverDB{name: db, subscription: st.Subscriptions[db]}
-		var err error
-		if c.local, err = m.connectDatabase(ctx, db); err != nil {
+		local, err := m.connectDatabase(ctx, db)
+		if err != nil {
 			return dbs, err
 		}
-		dbs = append(dbs, c)
 		var conninfo string
-		err = c.local.QueryRow(ctx, "SELECT subconninfo FROM pg_subscription WHERE subname = $1 AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())",
-			c.subscription).Scan(&conninfo)
+		err = local.QueryRow(ctx, "SELECT subconninfo FROM pg_subscription WHERE subname = $1 AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())",
+			st.Subscriptions[db]).Scan(&conninfo)
 		if errors.Is(err, pgx.ErrNoRows) {
-			// Dropped by a cutover on an earlier primary: this data
-			// directory's state file was copied before it.
-			_ = c.local.Close(ctx)
-			dbs = dbs[:len(dbs)-1]
+			_ = local.Close(ctx)
 			continue
 		}
+		dbs = append(dbs, cutoverDB{name: db, subscription: st.Subscriptions[db], local: local}) // closeCutover closes it
 		if err != nil {
-			return dbs, fmt.Errorf("while reading the subscription %s of %s: %w", c.subscription, db, err)
+			return dbs, fmt.Errorf("while reading the subscription %s of %s: %w", st.Subscriptions[db], db, err)
 		}
 		// pgx loads sslcert and sslkey when it parses them; the import
 		// names a file that does not exist, to present none.
 		cfg, err := pgx.ParseConfig(clientCertParams.ReplaceAllString(conninfo, ""))
 		if err != nil {
-			return dbs, fmt.Errorf("while reading the connection string of the subscription %s", c.subscription)
+			return dbs, fmt.Errorf("while reading the connection string of the subscription %s", st.Subscriptions[db])
 		}
 		if dbs[len(dbs)-1].source, err = pgx.ConnectConfig(ctx, cfg); err != nil {
 			return dbs, fmt.Errorf("while connecting to the source's database %s: %s", db, redactConnInfo(err.Error(), conninfo))

@@ -109,9 +109,6 @@ type importSource struct {
 	roles       []sourceRole
 	memberships []sourceMembership
 	databases   []sourceDatabase
-	// passwords says whether the roles' password verifiers could be read
-	// (only a superuser can).
-	passwords bool
 }
 
 func (m *Manager) importInto(ctx context.Context, dir string, local *pgx.Conn) error {
@@ -222,7 +219,7 @@ func (m *Manager) readImportSource(ctx context.Context, password string) (*impor
 	if num/10000 < minImportMajor {
 		return nil, fmt.Errorf("the import source runs PostgreSQL %s; imports need %d or later", src.version, minImportMajor)
 	}
-	if src.roles, src.passwords, err = readSourceRoles(ctx, conn); err != nil {
+	if src.roles, err = readSourceRoles(ctx, conn); err != nil {
 		return nil, err
 	}
 	if src.memberships, err = readSourceMemberships(ctx, conn); err != nil {
@@ -257,13 +254,16 @@ type sourceDatabase struct {
 	settings              []string
 }
 
-func readSourceRoles(ctx context.Context, conn *pgx.Conn) ([]sourceRole, bool, error) {
+// readSourceRoles reads the source's roles, with their password verifiers
+// when the import's user may read pg_authid (a superuser, or a member of
+// pg_read_all_data); the plan reports the login roles left without.
+func readSourceRoles(ctx context.Context, conn *pgx.Conn) ([]sourceRole, error) {
 	rows, err := conn.Query(ctx, `SELECT r.rolname, r.rolsuper, r.rolinherit, r.rolcreaterole, r.rolcreatedb, r.rolcanlogin,
        r.rolreplication, r.rolbypassrls, r.rolconnlimit, r.rolvaliduntil::text,
        coalesce((SELECT s.setconfig FROM pg_db_role_setting s WHERE s.setrole = r.oid AND s.setdatabase = 0), '{}')
   FROM pg_roles r WHERE r.rolname !~ '^pg_' ORDER BY r.rolname`)
 	if err != nil {
-		return nil, false, fmt.Errorf("while reading the import source's roles: %w", err)
+		return nil, fmt.Errorf("while reading the import source's roles: %w", err)
 	}
 	roles, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (sourceRole, error) {
 		var r sourceRole
@@ -272,7 +272,7 @@ func readSourceRoles(ctx context.Context, conn *pgx.Conn) ([]sourceRole, bool, e
 		return r, err
 	})
 	if err != nil {
-		return nil, false, fmt.Errorf("while reading the import source's roles: %w", err)
+		return nil, fmt.Errorf("while reading the import source's roles: %w", err)
 	}
 	verifiers := map[string]string{}
 	rows, err = conn.Query(ctx, "SELECT rolname, rolpassword FROM pg_authid WHERE rolpassword IS NOT NULL")
@@ -282,16 +282,16 @@ func readSourceRoles(ctx context.Context, conn *pgx.Conn) ([]sourceRole, bool, e
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege: not a superuser
-		return roles, false, nil
+		return roles, nil
 	case err != nil:
-		return nil, false, fmt.Errorf("while reading the import source's password verifiers: %w", err)
+		return nil, fmt.Errorf("while reading the import source's password verifiers: %w", err)
 	}
 	for i := range roles {
 		if v, ok := verifiers[roles[i].name]; ok {
 			roles[i].verifier = &v
 		}
 	}
-	return roles, true, nil
+	return roles, nil
 }
 
 func collectInto(rows pgx.Rows, into map[string]string) error {
