@@ -449,12 +449,26 @@ type ImportStatus struct {
 }
 
 // ImportSource is how the new primary reaches the source server.
-// +kubebuilder:validation:XValidation:rule="!(self.sslMode in ['verify-ca', 'verify-full']) || has(self.caSecret)",message="bootstrap.initdb.import.source.caSecret is required with sslMode verify-ca or verify-full: the CA that signed the source server's certificate (or set sslMode require to encrypt without verifying, or disable)"
+// +kubebuilder:validation:XValidation:rule="has(self.host) != has(self.cluster)",message="bootstrap.initdb.import.source needs exactly one of host (a server anywhere) or cluster (a Tusk cluster of this namespace)"
+// +kubebuilder:validation:XValidation:rule="!(self.sslMode in ['verify-ca', 'verify-full']) || has(self.caSecret) || has(self.cluster)",message="bootstrap.initdb.import.source.caSecret is required with sslMode verify-ca or verify-full: the CA that signed the source server's certificate (or set sslMode require to encrypt without verifying, or disable)"
 type ImportSource struct {
 	// Host is the source server's DNS name or IP address.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	Host string `json:"host"`
+	// +optional
+	Host string `json:"host,omitempty"`
+
+	// Cluster names a Tusk cluster of this namespace as the source, in
+	// place of host: the import connects to its -rw Service and verifies
+	// its certificate against its CA (the <cluster>-ca ConfigMap) unless
+	// caSecret is set. After a logical import's cutover, that cluster's
+	// -rw, -ro and -r Services send their clients to this cluster, so
+	// applications move without changing their connection string; this
+	// cluster's certificate also covers those Services' names.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Cluster string `json:"cluster,omitempty"`
 
 	// Port is the source server's port.
 	// +kubebuilder:default=5432
@@ -776,6 +790,13 @@ type PostgresClusterStatus struct {
 	// method logical).
 	// +optional
 	Import *ImportStatus `json:"import,omitempty"`
+
+	// ServedBy names the cluster this cluster's -rw, -ro and -r Services
+	// send clients to since that cluster's logical import from this one
+	// was cut over (bootstrap.initdb.import.source.cluster); empty while
+	// they select this cluster's own instances.
+	// +optional
+	ServedBy string `json:"servedBy,omitempty"`
 
 	// ArchiveSubdirectory is where, under the backup location, the
 	// cluster's WAL and backups go since its last major upgrade: pg_upgrade

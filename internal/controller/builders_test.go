@@ -130,7 +130,7 @@ func TestBuildersGolden(t *testing.T) {
 			golden(t, name+"-pod-primary", instancePod(c, instanceName(c.Name, 1), instanceapi.RolePrimary, testManagerImage))
 			golden(t, name+"-pod-replica", instancePod(c, instanceName(c.Name, 2), instanceapi.RoleReplica, testManagerImage))
 			golden(t, name+"-pvc", instancePVC(c, instanceName(c.Name, 1)))
-			golden(t, name+"-services", clusterServices(c))
+			golden(t, name+"-services", clusterServices(c, ""))
 			golden(t, name+"-pdb", clusterPDB(c))
 			golden(t, name+"-networkpolicy", clusterNetworkPolicy(c, "tusk-system"))
 			golden(t, name+"-probe", probeDeployment(c, testManagerImage))

@@ -34,6 +34,9 @@ const (
 	pollSettled  = 30 * time.Second
 	pollChanging = 2 * time.Second
 	pollSpecErr  = time.Minute
+	// pollCutover is how often a logical import's cutover is looked at:
+	// the source is read-only meanwhile.
+	pollCutover = 250 * time.Millisecond
 	// leaseExpiryMargin is how long after the old primary's Lease
 	// expires, by the operator's clock, the next pass comes.
 	leaseExpiryMargin = 100 * time.Millisecond
@@ -154,7 +157,8 @@ func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1
 	if waiting {
 		return ctrl.Result{RequeueAfter: pollSpecErr}, nil
 	}
-	if err := r.reconcileServices(ctx, c); err != nil {
+	servedBy, err := r.reconcileServices(ctx, c)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.reconcileNetworkPolicy(ctx, c); err != nil {
@@ -182,18 +186,31 @@ func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1
 	if err == nil {
 		err = r.reconcileImport(ctx, c, v, ic)
 	}
+	if err == nil {
+		err = r.recordServedBy(ctx, c, v, ic, servedBy)
+	}
 	setStatus(c, v, p)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if p.failover.underway && p.failover.wait > 0 {
+	return ctrl.Result{RequeueAfter: nextPass(c, v, p)}, nil
+}
+
+// nextPass is when the cluster is looked at again: soon while something
+// changes, since the instance managers are polled.
+func nextPass(c *tuskv1alpha1.PostgresCluster, v *view, p progress) time.Duration {
+	switch {
+	case p.failover.underway && p.failover.wait > 0:
 		// Promotion waits for the old primary's Lease to expire.
-		return ctrl.Result{RequeueAfter: min(p.failover.wait+leaseExpiryMargin, pollChanging)}, nil
+		return min(p.failover.wait+leaseExpiryMargin, pollChanging)
+	case cuttingOver(c):
+		// Clients wait on the cutover: the Services of the cluster this
+		// one takes over from move when it is seen done.
+		return pollCutover
+	case p.creating || p.scaling || p.switching || p.switched || p.failover.underway || p.rollout.pending || p.upgrading || v.readyCount() < len(v.members):
+		return pollChanging
 	}
-	if p.creating || p.scaling || p.switching || p.switched || p.failover.underway || p.rollout.pending || p.upgrading || v.readyCount() < len(v.members) {
-		return ctrl.Result{RequeueAfter: pollChanging}, nil
-	}
-	return ctrl.Result{RequeueAfter: pollSettled}, nil
+	return pollSettled
 }
 
 // reconcileUpgradeOrMembers runs a major upgrade when one owns the
@@ -384,6 +401,7 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&tuskv1alpha1.PostgresBackup{}, handler.EnqueueRequestsFromMapFunc(r.clustersOfBackup)).
 		WatchesRawSource(r.results.source()).
 		Watches(&tuskv1alpha1.PostgresCluster{}, handler.EnqueueRequestsFromMapFunc(r.clustersCloning)).
+		Watches(&tuskv1alpha1.PostgresCluster{}, handler.EnqueueRequestsFromMapFunc(r.clustersTakenOver)).
 		Owns(&corev1.Pod{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.Secret{}).

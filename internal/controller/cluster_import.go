@@ -8,7 +8,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 	"tusk.dev/tusk/internal/instanceapi"
@@ -50,6 +53,9 @@ func (r *ClusterReconciler) reconcileImportSource(ctx context.Context, c *tuskv1
 	}
 	imp := initDB(c).Import
 	const field = "spec.bootstrap.initdb.import.source"
+	if err := r.requireImportSourceCluster(ctx, c, imp); err != nil {
+		return nil, err
+	}
 	if err := r.requireSecretKeysAs(ctx, c, tuskv1alpha1.ReasonImportSourceInvalid, field+".passwordSecret", imp.Source.PasswordSecret.Name, imp.Source.PasswordSecret.Key); err != nil {
 		return nil, err
 	}
@@ -58,7 +64,46 @@ func (r *ClusterReconciler) reconcileImportSource(ctx context.Context, c *tuskv1
 			return nil, err
 		}
 	}
-	return &recoverySource{imp: imp}, nil
+	return &recoverySource{imp: resolvedImport(c, imp)}, nil
+}
+
+// requireImportSourceCluster checks a source named as a Tusk cluster: one
+// of this namespace, other than this one.
+func (r *ClusterReconciler) requireImportSourceCluster(ctx context.Context, c *tuskv1alpha1.PostgresCluster, imp *tuskv1alpha1.ImportSpec) error {
+	name := imp.Source.Cluster
+	if name == "" {
+		return nil
+	}
+	if name == c.Name {
+		return userError(tuskv1alpha1.ReasonImportSourceInvalid, "spec.bootstrap.initdb.import.source.cluster names this cluster: a cluster cannot import from itself")
+	}
+	var src tuskv1alpha1.PostgresCluster
+	if err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &src); err != nil {
+		if apierrors.IsNotFound(err) {
+			return userError(tuskv1alpha1.ReasonImportSourceInvalid, "spec.bootstrap.initdb.import.source.cluster: there is no PostgresCluster %s in namespace %s", name, c.Namespace)
+		}
+		return err
+	}
+	return nil
+}
+
+// resolvedImport is the import as the pod runs it: a source named as a
+// cluster becomes that cluster's -rw Service, verified against its CA.
+func resolvedImport(c *tuskv1alpha1.PostgresCluster, imp *tuskv1alpha1.ImportSpec) *tuskv1alpha1.ImportSpec {
+	if imp.Source.Cluster == "" {
+		return imp
+	}
+	out := imp.DeepCopy()
+	src := &tuskv1alpha1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Name: imp.Source.Cluster, Namespace: c.Namespace}}
+	out.Source.Host = rwServiceName(src) + "." + c.Namespace + ".svc"
+	return out
+}
+
+// importCAFromCluster says the import verifies its source against the
+// source cluster's CA, from that cluster's <cluster>-ca ConfigMap (which
+// holds no key).
+func importCAFromCluster(imp *tuskv1alpha1.ImportSpec) bool {
+	return imp.Source.Cluster != "" && imp.Source.CASecret == nil
 }
 
 // importArgs tell the first instance's manager what to import from where.
@@ -79,7 +124,7 @@ func importArgs(imp *tuskv1alpha1.ImportSpec) []string {
 		"--import-password-file=" + importSourceMount + "/" + fileImportPassword,
 		"--import-source-database=" + database, "--import-sslmode=" + sslMode,
 	}
-	if s.CASecret != nil {
+	if s.CASecret != nil || importCAFromCluster(imp) {
 		args = append(args, "--import-ca-file="+importSourceMount+"-ca/"+fileImportCA)
 	}
 	if imp.Method != "" {
@@ -104,6 +149,13 @@ func withImport(pod *corev1.Pod, imp *tuskv1alpha1.ImportSpec) {
 	ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "import-source", MountPath: importSourceMount, ReadOnly: true})
 	if ca := imp.Source.CASecret; ca != nil {
 		spec.Volumes = append(spec.Volumes, secretItemsVolume("import-source-ca", ca.Name, corev1.KeyToPath{Key: ca.Key, Path: fileImportCA}))
+		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "import-source-ca", MountPath: importSourceMount + "-ca", ReadOnly: true})
+	} else if importCAFromCluster(imp) {
+		src := &tuskv1alpha1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Name: imp.Source.Cluster}}
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "import-source-ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: caConfigMapName(src)},
+			Items:                []corev1.KeyToPath{{Key: keyCACert, Path: fileImportCA}},
+		}}})
 		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "import-source-ca", MountPath: importSourceMount + "-ca", ReadOnly: true})
 	}
 	ctr.Command = append(ctr.Command, importArgs(imp)...)
@@ -147,6 +199,11 @@ func (r *ClusterReconciler) reconcileImport(ctx context.Context, c *tuskv1alpha1
 	c.Status.Import.Message = "making the source read-only and applying its last changes"
 	r.importEvent(c, c.Status.Import)
 	return nil
+}
+
+// cuttingOver says a logical import's cutover is under way.
+func cuttingOver(c *tuskv1alpha1.PostgresCluster) bool {
+	return c.Status.Import != nil && c.Status.Import.Phase == tuskv1alpha1.ImportCuttingOver
 }
 
 func importStatus(s *instanceapi.ImportStatus) *tuskv1alpha1.ImportStatus {

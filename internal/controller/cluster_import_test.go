@@ -3,8 +3,10 @@ package controller
 import (
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 	"tusk.dev/tusk/internal/instanceapi"
@@ -67,5 +69,106 @@ func TestImportSecretsOnlyWhileCreating(t *testing.T) {
 	c.Status.Phase = tuskv1alpha1.ClusterPhaseHealthy
 	if got := recoverySecrets(c); got != nil {
 		t.Errorf("recoverySecrets once Healthy = %v, want none", got)
+	}
+}
+
+// takeoverCluster is a cluster importing logically from the Tusk cluster
+// "old" of its namespace.
+func takeoverCluster() *tuskv1alpha1.PostgresCluster {
+	c := importCluster()
+	c.Name = "new"
+	src := &initDB(c).Import.Source
+	src.Host, src.CASecret, src.Cluster = "", nil, "old"
+	initDB(c).Import.Method = importMethodLogical
+	return c
+}
+
+// TestImportFromAClusterUsesItsServiceAndCA: a source named as a cluster
+// is reached at its -rw Service and verified against the CA in its
+// <cluster>-ca ConfigMap (the certificate only: the Secret with the key is
+// never mounted).
+func TestImportFromAClusterUsesItsServiceAndCA(t *testing.T) {
+	c := takeoverCluster()
+	pod := instancePod(c, instanceName(c.Name, 1), instanceapi.RolePrimary, testManagerImage)
+	withRecovery(pod, &recoverySource{imp: resolvedImport(c, initDB(c).Import)})
+	args := pod.Spec.Containers[0].Command
+	if got, want := flagValue(args, "--import-host"), "old-rw."+c.Namespace+".svc"; got != want {
+		t.Errorf("--import-host=%q, want %q", got, want)
+	}
+	file := flagValue(args, "--import-ca-file")
+	vol, mount := volumeNamed(pod, "import-source-ca"), mountNamed(pod.Spec.Containers[0], "import-source-ca")
+	if file == "" || vol == nil || vol.ConfigMap == nil || vol.Secret != nil || mount == nil || !mount.ReadOnly {
+		t.Fatalf("--import-ca-file=%q, volume %+v, mount %+v: want a read-only ConfigMap volume", file, vol, mount)
+	}
+	if vol.ConfigMap.Name != "old-ca" || !slices.Equal(vol.ConfigMap.Items, []corev1.KeyToPath{{Key: keyCACert, Path: fileImportCA}}) ||
+		file != mount.MountPath+"/"+fileImportCA {
+		t.Errorf("CA volume %+v at %s, file %s: want old-ca's ca.crt", vol.ConfigMap, mount.MountPath, file)
+	}
+	if initDB(c).Import.Source.Host != "" {
+		t.Error("resolvedImport changed the cluster's spec")
+	}
+}
+
+// TestTakeoverCertificateCoversTheSourceServices: the importing cluster's
+// server certificate names the source's Services too (clients keep
+// verifying the name they connect to), and only for a logical import.
+func TestTakeoverCertificateCoversTheSourceServices(t *testing.T) {
+	c := takeoverCluster()
+	names := serverNames(c)
+	for _, want := range []string{"new-rw", "old-rw", "old-ro." + c.Namespace + ".svc", "old-r." + c.Namespace + ".svc.cluster.local"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("serverNames %v lack %s", names, want)
+		}
+	}
+	initDB(c).Import.Method = "dump"
+	if slices.Contains(serverNames(c), "old-rw") {
+		t.Error("a dump import's certificate names the source's Services: nothing hands them over")
+	}
+}
+
+// TestServedByTheClusterThatCutOver: a source's Services follow the
+// cluster whose logical import from it has cut over, not one still
+// replicating, being deleted, importing from another cluster or by dump;
+// of two, always the same one.
+func TestServedByTheClusterThatCutOver(t *testing.T) {
+	old := defaultCluster()
+	old.Name = "old"
+	withPhase := func(name string, phase tuskv1alpha1.ImportPhase, edit func(*tuskv1alpha1.PostgresCluster)) tuskv1alpha1.PostgresCluster {
+		c := takeoverCluster()
+		c.Name, c.Status.Import = name, &tuskv1alpha1.ImportStatus{Phase: phase}
+		if edit != nil {
+			edit(c)
+		}
+		return *c
+	}
+	deleting := func(c *tuskv1alpha1.PostgresCluster) { c.DeletionTimestamp = &metav1.Time{Time: time.Now()} }
+	otherSource := func(c *tuskv1alpha1.PostgresCluster) { initDB(c).Import.Source.Cluster = "elsewhere" }
+	byDump := func(c *tuskv1alpha1.PostgresCluster) { initDB(c).Import.Method = "dump" }
+	cases := []struct {
+		name     string
+		clusters []tuskv1alpha1.PostgresCluster
+		want     string
+	}{
+		{"replicating", []tuskv1alpha1.PostgresCluster{*old, withPhase("n1", tuskv1alpha1.ImportReplicating, nil)}, ""},
+		{"cutover failed", []tuskv1alpha1.PostgresCluster{withPhase("n1", tuskv1alpha1.ImportCutoverFailed, nil)}, ""},
+		{"cut over", []tuskv1alpha1.PostgresCluster{*old, withPhase("n1", tuskv1alpha1.ImportCutOver, nil)}, "n1"},
+		{"being deleted", []tuskv1alpha1.PostgresCluster{withPhase("n1", tuskv1alpha1.ImportCutOver, deleting)}, ""},
+		{"from another cluster", []tuskv1alpha1.PostgresCluster{withPhase("n1", tuskv1alpha1.ImportCutOver, otherSource)}, ""},
+		{"by dump", []tuskv1alpha1.PostgresCluster{withPhase("n1", tuskv1alpha1.ImportCutOver, byDump)}, ""},
+		{"two", []tuskv1alpha1.PostgresCluster{withPhase("n2", tuskv1alpha1.ImportCutOver, nil), withPhase("n1", tuskv1alpha1.ImportCutOver, nil)}, "n1"},
+	}
+	for _, tc := range cases {
+		if got := servedBy(old, tc.clusters); got != tc.want {
+			t.Errorf("%s: servedBy = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	services := clusterServices(old, "n1")
+	for _, svc := range services {
+		if svc.Name[:4] != "old-" || svc.Spec.Selector[LabelCluster] != "n1" {
+			t.Errorf("Service %s selects %v, want the old name selecting n1's instances", svc.Name, svc.Spec.Selector)
+		}
+	}
+	if got := services[0].Spec.Selector[LabelRole]; got != string(instanceapi.RolePrimary) {
+		t.Errorf("old-rw selects role %q, want the primary", got)
 	}
 }

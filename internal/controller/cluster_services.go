@@ -14,19 +14,32 @@ import (
 )
 
 // reconcileServices makes the -rw, -ro and -r Services exist. Endpoints
-// list ready pods only, so -ro and -r follow instance readiness.
-func (r *ClusterReconciler) reconcileServices(ctx context.Context, c *tuskv1alpha1.PostgresCluster) error {
-	for _, svc := range clusterServices(c) {
+// list ready pods only, so -ro and -r follow instance readiness. After a
+// cluster's logical import from this one is cut over, they select that
+// cluster's instances instead (cluster_takeover.go).
+// It returns the cluster they select when it is not c.
+func (r *ClusterReconciler) reconcileServices(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (string, error) {
+	by, err := r.servingCluster(ctx, c)
+	if err != nil {
+		return "", err
+	}
+	for _, svc := range clusterServices(c, by) {
 		if err := r.applyOwned(ctx, c, svc); err != nil {
-			return err
+			return "", err
 		}
 	}
-	return nil
+	return by, nil
 }
 
-func clusterServices(c *tuskv1alpha1.PostgresCluster) []*corev1.Service {
+// clusterServices are c's Services, selecting the instances of c, or of
+// servedBy when it is set.
+func clusterServices(c *tuskv1alpha1.PostgresCluster, servedBy string) []*corev1.Service {
+	selected := c
+	if servedBy != "" {
+		selected = &tuskv1alpha1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Name: servedBy, Namespace: c.Namespace}}
+	}
 	withRole := func(role instanceapi.Role) map[string]string {
-		s := clusterLabels(c)
+		s := clusterLabels(selected)
 		if role != "" {
 			s[LabelRole] = string(role)
 		}

@@ -120,7 +120,7 @@ func (r *ClusterReconciler) reconcileTLS(ctx context.Context, c *tuskv1alpha1.Po
 // ca.crt), or, when ca is a user's, one made for the cluster and kept
 // under client-ca.crt and client-ca.key (the user's key is never copied).
 func clusterClientCA(c *tuskv1alpha1.PostgresCluster, ca pki.KeyPair, caData map[string][]byte) (pki.KeyPair, map[string][]byte, error) {
-	if userCASecret(c) == "" {
+	if userCASecret(c) == "" && takesOverFrom(c) == nil {
 		return ca, map[string][]byte{keyCAKey: ca.KeyPEM}, nil
 	}
 	own := pki.KeyPair{CertPEM: caData[keyClientCACert], KeyPEM: caData[keyClientCAKey]}
@@ -130,7 +130,14 @@ func clusterClientCA(c *tuskv1alpha1.PostgresCluster, ca pki.KeyPair, caData map
 			return pki.KeyPair{}, nil, err
 		}
 	}
-	return own, map[string][]byte{keyClientCACert: own.CertPEM, keyClientCAKey: own.KeyPEM}, nil
+	data := map[string][]byte{keyClientCACert: own.CertPEM, keyClientCAKey: own.KeyPEM}
+	if userCASecret(c) == "" {
+		// The server CA came from the cluster this one takes over from
+		// (clusterCA); it is kept here so that deleting that cluster
+		// leaves this one its CA.
+		data[keyCAKey] = ca.KeyPEM
+	}
+	return own, data, nil
 }
 
 // userCASecret is the Secret of the user's CA (spec.tls.caSecret), "" when
@@ -157,7 +164,31 @@ func (r *ClusterReconciler) clusterCA(ctx context.Context, c *tuskv1alpha1.Postg
 	if name != caSecretName(c) {
 		return pki.KeyPair{}, userError(tuskv1alpha1.ReasonCASecretInvalid, "the Secret %s named by spec.tls.caSecret needs the keys ca.crt and ca.key (PEM)", name)
 	}
+	if inherited, err := r.takenOverCA(ctx, c); err != nil || len(inherited.KeyPEM) > 0 {
+		return inherited, err
+	}
 	return pki.NewCA(c.Name+" PostgreSQL CA", caValidity, time.Now())
+}
+
+// takenOverCA is, for a new cluster whose Services will take over from
+// another's (a logical import from a Tusk cluster), that cluster's own CA:
+// its clients verify the server with it, and keep doing so once its
+// Services send them here. Only the server certificate comes from it: the
+// cluster's client certificates come from a CA of its own
+// (clusterClientCA), so neither cluster accepts the other's replication
+// or operator certificates. A source whose CA is a user's
+// (spec.tls.caSecret) has no key to share: this cluster names that CA
+// itself, or makes its own.
+func (r *ClusterReconciler) takenOverCA(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (pki.KeyPair, error) {
+	from := takesOverFrom(c)
+	if from == nil {
+		return pki.KeyPair{}, nil
+	}
+	data, err := r.secrets.data(ctx, c.Namespace, caSecretName(from))
+	if err != nil || len(data[keyCAKey]) == 0 {
+		return pki.KeyPair{}, err
+	}
+	return pki.KeyPair{CertPEM: data[keyCACert], KeyPEM: data[keyCAKey]}, nil
 }
 
 // reconcileLeafSecret keeps a certificate Secret (tls.crt, tls.key, ca.crt)
@@ -205,11 +236,18 @@ func endsWithCA(certPEM, caPEM []byte, now time.Time) bool {
 }
 
 // serverNames are the DNS names the server certificate covers: every
-// Service of the cluster, short and qualified.
+// Service of the cluster, short and qualified, and those of the cluster
+// it takes over from by a logical import, whose Services send their
+// clients here after the cutover.
 func serverNames(c *tuskv1alpha1.PostgresCluster) []string {
 	var names []string
-	for _, svc := range []string{rwServiceName(c), roServiceName(c), rServiceName(c)} {
-		names = append(names, svc, svc+"."+c.Namespace, svc+"."+c.Namespace+".svc", svc+"."+c.Namespace+".svc.cluster.local")
+	for _, owner := range []*tuskv1alpha1.PostgresCluster{c, takesOverFrom(c)} {
+		if owner == nil {
+			continue
+		}
+		for _, svc := range []string{rwServiceName(owner), roServiceName(owner), rServiceName(owner)} {
+			names = append(names, svc, svc+"."+c.Namespace, svc+"."+c.Namespace+".svc", svc+"."+c.Namespace+".svc.cluster.local")
+		}
 	}
 	return append(names, "localhost")
 }

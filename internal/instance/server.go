@@ -156,6 +156,10 @@ func (m *Manager) routes() http.Handler {
 	mux.HandleFunc("PUT "+instanceapi.PathSQLSubscriptions, serveApply(m.ApplySubscription))
 	mux.HandleFunc("GET "+instanceapi.PathSQLSlots, m.serveSlots)
 	mux.HandleFunc("POST "+instanceapi.PathImportCutover, m.serveImportCutover)
+	mux.HandleFunc("POST "+instanceapi.PathEndSessions, func(w http.ResponseWriter, r *http.Request) {
+		res, err := m.EndClientSessions(r.Context())
+		reply(w, res, err)
+	})
 	return mux
 }
 

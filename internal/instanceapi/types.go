@@ -52,6 +52,10 @@ const (
 	// primary (POST, ImportCutoverRequest); it answers 202 at once, and
 	// Status.Import follows it.
 	PathImportCutover = "/v1/import/cutover"
+	// PathEndSessions ends the sessions of ordinary roles (POST, no body):
+	// the operator asks an old primary whose Services moved to the
+	// cluster that imported it. See EndSessionsResult.
+	PathEndSessions = "/v1/sessions/end"
 )
 
 // ImportCutoverRequest names the cutover asked for (the annotation's
@@ -584,6 +588,12 @@ type BackupRecord struct {
 	PostgreSQLVersion string `json:"postgresqlVersion"`
 	// SystemIdentifier is the database system identifier.
 	SystemIdentifier string `json:"systemIdentifier"`
+}
+
+// EndSessionsResult answers POST /v1/sessions/end.
+type EndSessionsResult struct {
+	// Ended is how many sessions were ended.
+	Ended int `json:"ended"`
 }
 
 // CheckpointResult answers POST /v1/checkpoint.
