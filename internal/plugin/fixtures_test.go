@@ -75,8 +75,9 @@ func upgradeFailedCluster() *tuskv1alpha1.PostgresCluster {
 	c.Status.PostgresMajor = 15
 	c.Status.MajorUpgrade = &tuskv1alpha1.MajorUpgradeStatus{
 		Attempt: "17-1795780800", FromImage: "postgres:15", ToImage: "postgres:17", FromMajor: 15, ToMajor: 17, Mode: "link",
-		Phase:   tuskv1alpha1.MajorUpgradeFailed,
-		Message: "The upgrade failed at the pre-checks: prepared transactions are open: pending (database app); commit or roll them back first; the old data directory is back in place; the cluster runs postgres:15 again",
+		Phase:     tuskv1alpha1.MajorUpgradeFailed,
+		StartedAt: metav1.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC),
+		Message:   "The upgrade failed at the pre-checks: prepared transactions are open: pending (database app); commit or roll them back first; the old data directory is back in place; the cluster runs postgres:15 again",
 	}
 	return c
 }
@@ -85,5 +86,21 @@ func importingCluster() *tuskv1alpha1.PostgresCluster {
 	c := healthyCluster()
 	c.Status.Import = &tuskv1alpha1.ImportStatus{Phase: tuskv1alpha1.ImportReplicating,
 		Message: "following the source: database app by subscription tusk_import_06bf98cd8f2a"}
+	return c
+}
+
+// upgradedCluster finished an in-place upgrade that took a backup first.
+func upgradedCluster() *tuskv1alpha1.PostgresCluster {
+	c := upgradeFailedCluster()
+	c.Status.PostgresMajor = 17
+	u := c.Status.MajorUpgrade
+	u.Phase, u.Message, u.Backup = tuskv1alpha1.MajorUpgradeSucceeded, "PostgreSQL 17 serves", "orders-pre-upgrade-17"
+	return c
+}
+
+// servedCluster's logical import into orders-18 was cut over.
+func servedCluster() *tuskv1alpha1.PostgresCluster {
+	c := healthyCluster()
+	c.Status.ServedBy = "orders-18"
 	return c
 }

@@ -45,7 +45,8 @@ func NewCommand(use string, streams genericiooptions.IOStreams) *cobra.Command {
 	cmd.SetErr(streams.ErrOut)
 	o.configFlags.AddFlags(cmd.PersistentFlags())
 	cmd.AddCommand(newStatusCommand(o), newPromoteCommand(o), newFenceCommand(o), newUnfenceCommand(o),
-		newBackupCommand(o), newBackupsCommand(o), newReportCommand(o), newPsqlCommand(o))
+		newBackupCommand(o), newBackupsCommand(o), newReportCommand(o), newPsqlCommand(o),
+		newUpgradeCommand(o), newCutoverCommand(o))
 	return cmd
 }
 

@@ -416,3 +416,124 @@ func TestFenceAndUnfenceEditTheAnnotation(t *testing.T) {
 		t.Errorf("a refused fence wrote the annotation %q", got)
 	}
 }
+
+// TestCutoverAsksOnlyWhenThereIsOne: cutover refuses a cluster without a
+// logical import or not yet replicating, and otherwise writes the
+// annotation, a new value each time; --wait reports a failed cutover.
+func TestCutoverAsksOnlyWhenThereIsOne(t *testing.T) {
+	_, ns := newCluster(t, healthyCluster)
+	if _, err := kubectlTusk(t, kubeconfig, "-n", ns, "cutover", "orders", "--wait=false"); err == nil || !strings.Contains(err.Error(), "has no logical import") {
+		t.Errorf("cutover of a cluster without an import: %v", err)
+	}
+	importing := func() *tuskv1alpha1.PostgresCluster {
+		c := importingCluster()
+		c.Spec.Bootstrap = &tuskv1alpha1.BootstrapSpec{InitDB: &tuskv1alpha1.InitDBSpec{Import: &tuskv1alpha1.ImportSpec{
+			Source: tuskv1alpha1.ImportSource{Cluster: "old", User: "m",
+				PasswordSecret: corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "s"}, Key: "password"}},
+			Databases: []string{"app"}, Method: "logical",
+		}}}
+		return c
+	}
+	c, ns := newCluster(t, importing)
+	if _, err := kubectlTusk(t, kubeconfig, "-n", ns, "cutover", "orders", "--wait=false"); err != nil {
+		t.Fatal(err)
+	}
+	first := current(t, c).Annotations[tuskv1alpha1.AnnotationImportCutover]
+	if first == "" {
+		t.Fatal("no cutover annotation after kubectl tusk cutover")
+	}
+	// The operator reports the cutover failed; --wait says so.
+	failed := current(t, c)
+	failed.Status.Import = &tuskv1alpha1.ImportStatus{Phase: tuskv1alpha1.ImportCutoverFailed, Cutover: "other", Message: "the slot did not catch up"}
+	if err := env.Client.Status().Update(context.Background(), failed); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := kubectlTusk(t, kubeconfig, "-n", ns, "cutover", "orders", "--timeout", "30s")
+		done <- err
+	}()
+	var second string
+	testenv.Eventually(t, 20*time.Second, func(context.Context) error {
+		if second = current(t, c).Annotations[tuskv1alpha1.AnnotationImportCutover]; second == first || second == "" {
+			return fmt.Errorf("annotation %q, want a new value", second)
+		}
+		return nil
+	})
+	failed = current(t, c)
+	failed.Status.Import.Cutover = second
+	if err := env.Client.Status().Update(context.Background(), failed); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "the slot did not catch up") {
+		t.Errorf("cutover --wait on a failed cutover: %v", err)
+	}
+}
+
+// TestUpgradeCommands: --image sets the image; --logical creates the
+// role, its Secret, the publications and the new cluster, and refuses a
+// source without wal_level logical before creating anything; --retry
+// names the failed attempt; --restore-pre-upgrade creates the old image's
+// cluster from the backup.
+func TestUpgradeCommands(t *testing.T) {
+	ctx := context.Background()
+	c, ns := newCluster(t, upgradeFailedCluster)
+	if _, err := kubectlTusk(t, kubeconfig, "-n", ns, "upgrade", "orders", "--image", "tusk/postgres:18", "--logical"); err == nil || !strings.Contains(err.Error(), "wal_level") {
+		t.Errorf("a logical upgrade without wal_level logical: %v", err)
+	}
+	var roles tuskv1alpha1.PostgresRoleList
+	if err := env.Client.List(ctx, &roles, client.InNamespace(ns)); err != nil || len(roles.Items) != 0 {
+		t.Errorf("a refused logical upgrade left %d roles (%v)", len(roles.Items), err)
+	}
+	if _, err := kubectlTusk(t, kubeconfig, "-n", ns, "upgrade", "orders", "--retry"); err != nil {
+		t.Fatal(err)
+	}
+	if got := current(t, c).Annotations[tuskv1alpha1.AnnotationRetryUpgrade]; got != "17-1795780800" {
+		t.Errorf("retry annotation %q, want the failed attempt's name", got)
+	}
+
+	withLogical := current(t, c)
+	withLogical.Spec.PostgreSQL.Parameters = map[string]tuskv1alpha1.ParameterValue{"wal_level": "logical"}
+	if err := env.Client.Update(ctx, withLogical); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kubectlTusk(t, kubeconfig, "-n", ns, "upgrade", "orders", "--image", "tusk/postgres:18", "--logical"); err != nil {
+		t.Fatal(err)
+	}
+	next := &tuskv1alpha1.PostgresCluster{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "orders-18"}, next); err != nil {
+		t.Fatal(err)
+	}
+	if imp := next.Spec.Bootstrap.InitDB.Import; imp.Source.Cluster != "orders" || imp.Method != "logical" || next.Spec.Image != "tusk/postgres:18" {
+		t.Errorf("orders-18: image %s, import %+v", next.Spec.Image, imp)
+	}
+	secret := &corev1.Secret{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "orders-18-import"}, secret); err != nil || len(secret.Data["password"]) < 32 {
+		t.Errorf("the import's password Secret: %v, %d bytes", err, len(secret.Data["password"]))
+	}
+	for _, obj := range []client.Object{&tuskv1alpha1.PostgresRole{}, &tuskv1alpha1.PostgresPublication{}} {
+		name := "orders-18-import"
+		if _, ok := obj.(*tuskv1alpha1.PostgresPublication); ok {
+			name += "-app"
+		}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj); err != nil {
+			t.Errorf("%T %s: %v", obj, name, err)
+		}
+	}
+
+	if _, err := kubectlTusk(t, kubeconfig, "-n", ns, "upgrade", "orders", "--image", "tusk/postgres:18"); err != nil {
+		t.Fatal(err)
+	}
+	if got := current(t, c).Spec.Image; got != "tusk/postgres:18" {
+		t.Errorf("image after upgrade --image: %s", got)
+	}
+
+	u, uns := newCluster(t, upgradedCluster)
+	out, err := kubectlTusk(t, kubeconfig, "-n", uns, "upgrade", "orders", "--restore-pre-upgrade", "orders-15", "--dry-run")
+	if err != nil || !strings.Contains(out, "image: postgres:15") || !strings.Contains(out, "name: orders-pre-upgrade-17") {
+		t.Errorf("--restore-pre-upgrade --dry-run: %v\n%s", err, out)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: u.Namespace, Name: "orders-15"}, &tuskv1alpha1.PostgresCluster{}); !apierrors.IsNotFound(err) {
+		t.Errorf("--dry-run created the cluster: %v", err)
+	}
+}

@@ -30,6 +30,7 @@ func renderStatus(w io.Writer, c *tuskv1alpha1.PostgresCluster) error {
 	}
 	renderMajorUpgrade(tw, c)
 	renderImport(tw, c)
+	renderServedBy(tw, c)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -46,11 +47,14 @@ func renderMajorUpgrade(w io.Writer, c *tuskv1alpha1.PostgresCluster) {
 	}
 	switch u.Phase {
 	case tuskv1alpha1.MajorUpgradeSucceeded:
+		if u.Backup != "" {
+			fmt.Fprintf(w, "\nUpgraded to PostgreSQL %d. The way back to %d is the backup taken before: kubectl tusk upgrade %s -n %s --restore-pre-upgrade %s-%d\n",
+				u.ToMajor, u.FromMajor, c.Name, c.Namespace, c.Name, u.FromMajor)
+		}
 	case tuskv1alpha1.MajorUpgradeFailed:
 		fmt.Fprintf(w, "\nThe upgrade to PostgreSQL %d (%s) failed and was rolled back: %s\n", u.ToMajor, u.ToImage, u.Message)
 		if u.ToImage == c.Spec.Image {
-			fmt.Fprintf(w, "Fix the cause, then run it again: kubectl annotate pgc %s -n %s --overwrite %s=%s\n",
-				c.Name, c.Namespace, tuskv1alpha1.AnnotationRetryUpgrade, u.Attempt)
+			fmt.Fprintf(w, "Fix the cause, then run it again: kubectl tusk upgrade %s -n %s --retry\n", c.Name, c.Namespace)
 		}
 	default:
 		fmt.Fprintf(w, "\nMajor upgrade under way, PostgreSQL %d to %d (%s): %s.\n", u.FromMajor, u.ToMajor, u.Phase, u.Message)
@@ -66,10 +70,18 @@ func renderImport(w io.Writer, c *tuskv1alpha1.PostgresCluster) {
 	fmt.Fprintf(w, "\nLogical import: %s: %s.\n", imp.Phase, imp.Message)
 	switch imp.Phase {
 	case tuskv1alpha1.ImportReplicating:
-		fmt.Fprintf(w, "Cut over when ready: kubectl annotate pgc %s -n %s %s=now\n", c.Name, c.Namespace, tuskv1alpha1.AnnotationImportCutover)
+		fmt.Fprintf(w, "Cut over when ready: kubectl tusk cutover %s -n %s\n", c.Name, c.Namespace)
 	case tuskv1alpha1.ImportCutoverFailed:
-		fmt.Fprintf(w, "Fix the cause, then try again: kubectl annotate pgc %s -n %s --overwrite %s=retry-1 (any new value)\n",
-			c.Name, c.Namespace, tuskv1alpha1.AnnotationImportCutover)
+		fmt.Fprintf(w, "Fix the cause, then try again: kubectl tusk cutover %s -n %s\n", c.Name, c.Namespace)
+	}
+}
+
+// renderServedBy says where the cluster's Services send clients once
+// another cluster took them over.
+func renderServedBy(w io.Writer, c *tuskv1alpha1.PostgresCluster) {
+	if by := c.Status.ServedBy; by != "" {
+		fmt.Fprintf(w, "\nServices %s-rw, %s-ro and %s-r send clients to %s, whose logical import from this cluster was cut over.\n",
+			c.Name, c.Name, c.Name, by)
 	}
 }
 

@@ -45,6 +45,8 @@ func TestRenderStatusGolden(t *testing.T) {
 		"status-new":            empty,
 		"status-upgrade-failed": upgradeFailedCluster(),
 		"status-importing":      importingCluster(),
+		"status-upgraded":       upgradedCluster(),
+		"status-served-by":      servedCluster(),
 	} {
 		t.Run(name, func(t *testing.T) {
 			var out bytes.Buffer
