@@ -117,6 +117,12 @@ const (
 	ReasonAdoptedVolumes     = "AdoptedVolumes"
 	ReasonKeptSecrets        = "KeptSecrets"
 	ReasonDeletedVolumes     = "DeletedVolumes"
+	// ReasonImportAbandoned: a cluster deleted before its logical
+	// import's cutover dropped the import's slots on the source.
+	ReasonImportAbandoned = "ImportAbandoned"
+	// ReasonImportSlotsLeft: the slots of a deleted cluster's logical
+	// import could not be dropped on the source; the Event names them.
+	ReasonImportSlotsLeft = "ImportSlotsLeft"
 )
 
 // Condition types of the declarative SQL objects (PostgresRole,

@@ -218,7 +218,7 @@ func nextPass(c *tuskv1alpha1.PostgresCluster, v *view, p progress) time.Duratio
 func (r *ClusterReconciler) reconcileUpgradeOrMembers(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, ic *instanceClient) (progress, error) {
 	// A major upgrade stops, replaces and brings back instances on its
 	// own terms: no failover, scaling or rollout meanwhile.
-	upgrading, err := r.reconcileMajorUpgrade(ctx, c, v)
+	upgrading, err := r.reconcileMajorUpgrade(ctx, c, v, ic)
 	if err != nil || upgrading {
 		return progress{upgrading: upgrading}, err
 	}

@@ -2,14 +2,19 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/instanceapi"
 )
 
 // reconcileDelete deletes the volumes of a deleted cluster when its reclaim
@@ -19,6 +24,9 @@ import (
 func (r *ClusterReconciler) reconcileDelete(ctx context.Context, c *tuskv1alpha1.PostgresCluster) error {
 	if !controllerutil.ContainsFinalizer(c, FinalizerCleanup) {
 		return nil
+	}
+	if retry, err := r.abandonImport(ctx, c); err != nil || retry {
+		return err
 	}
 	if c.Spec.Storage.ReclaimPolicy == tuskv1alpha1.ReclaimDelete {
 		err := r.DeleteAllOf(ctx, &corev1.PersistentVolumeClaim{}, client.InNamespace(c.Namespace), client.MatchingLabels(clusterLabels(c)))
@@ -78,4 +86,72 @@ func keptFor(existing, owner client.Object) bool {
 	return secret && metav1.GetControllerOf(existing) == nil &&
 		existing.GetAnnotations()[AnnotationKeptFor] == owner.GetName() &&
 		existing.GetLabels()[LabelCluster] == owner.GetName()
+}
+
+// errNoPrimary: the cluster never had a primary.
+var errNoPrimary = errors.New("no primary")
+
+// abandonGrace is how long a deleted cluster with a logical import not cut
+// over waits for its primary to drop the import's slots on the source.
+const abandonGrace = 2 * time.Minute
+
+// abandonImport asks the primary of a deleted cluster whose logical import
+// was not cut over to drop its subscriptions: each drops its slot on the
+// source, which would otherwise keep the source's WAL without end. Until
+// abandonGrace after the deletion a failed request is tried again (retry:
+// the cluster stays); after it, or with no primary pod to ask, the
+// deletion goes on and a Warning names the slots to drop by hand.
+func (r *ClusterReconciler) abandonImport(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (retry bool, err error) {
+	if !logicalImport(c) || (c.Status.Import != nil && c.Status.Import.Phase == tuskv1alpha1.ImportCutOver) {
+		return false, nil
+	}
+	pod := &corev1.Pod{}
+	err = errNoPrimary
+	if c.Status.CurrentPrimary != "" {
+		err = r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Status.CurrentPrimary}, pod)
+	}
+	if err != nil {
+		if !apierrors.IsNotFound(err) && !errors.Is(err, errNoPrimary) {
+			return false, err
+		}
+		if c.Status.Import != nil { // it followed the source: slots are there
+			r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonImportSlotsLeft, "Delete", "%s", slotsLeftHint("the primary's pod is gone"))
+		}
+		return false, nil
+	}
+	res, err := r.askAbandonImport(ctx, c, pod)
+	switch {
+	case err != nil && time.Since(c.DeletionTimestamp.Time) < abandonGrace:
+		ctrlLog(ctx).Info("Asking the primary to drop the logical import's slots on the source", "error", err.Error())
+		return true, nil
+	case err != nil:
+		r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonImportSlotsLeft, "Delete", "%s", slotsLeftHint(err.Error()))
+	case len(res.Left) > 0:
+		r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonImportSlotsLeft, "Delete",
+			"The source could not be reached: drop the slots %v there, or they keep its WAL (SELECT pg_drop_replication_slot('<slot>'))", res.Left)
+	case len(res.Dropped) > 0:
+		r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonImportAbandoned, "Delete",
+			"Dropped the logical import's subscriptions and their slots %v on the source", res.Dropped)
+	}
+	return false, nil
+}
+
+func slotsLeftHint(why string) string {
+	return "Could not drop the logical import's slots on the source (" + why + "): drop them there, or they keep its WAL: " +
+		"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE 'tusk_import_%' AND NOT active"
+}
+
+// askAbandonImport sends POST /v1/import/abandon to the primary's manager.
+func (r *ClusterReconciler) askAbandonImport(ctx context.Context, c *tuskv1alpha1.PostgresCluster, pod *corev1.Pod) (instanceapi.ImportAbandonResult, error) {
+	var res instanceapi.ImportAbandonResult
+	caSecret, err := r.secrets.get(ctx, c.Namespace, caSecretName(c))
+	if err != nil || caSecret == nil {
+		return res, fmt.Errorf("while reading the cluster's CA: %w", err)
+	}
+	ic, err := r.clients.get(client.ObjectKeyFromObject(c), caSecret, instanceServerName(c))
+	if err != nil {
+		return res, err
+	}
+	err = ic.call(ctx, pod, http.MethodPost, instanceapi.PathImportAbandon, nil, &res)
+	return res, err
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -153,9 +154,9 @@ const AnnotationUpgradeAttempt = "tusk.dev/upgrade-attempt"
 // reconcileMajorUpgrade starts a major upgrade when spec.image names a
 // newer major than the data's, and moves one that runs a phase further. It
 // reports whether one runs: then it alone acts on the instances.
-func (r *ClusterReconciler) reconcileMajorUpgrade(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view) (bool, error) {
+func (r *ClusterReconciler) reconcileMajorUpgrade(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, ic *instanceClient) (bool, error) {
 	if !upgradeUnderway(c) {
-		started, err := r.startMajorUpgrade(ctx, c, v)
+		started, err := r.startMajorUpgrade(ctx, c, v, ic)
 		if err != nil || !started {
 			return false, err
 		}
@@ -181,7 +182,7 @@ func (r *ClusterReconciler) reconcileMajorUpgrade(ctx context.Context, c *tuskv1
 // than the data's and the cluster is settled: a ready primary, no
 // switchover. A failed attempt is not started again for the same image,
 // unless the cluster's annotation tusk.dev/retry-upgrade names it.
-func (r *ClusterReconciler) startMajorUpgrade(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view) (bool, error) {
+func (r *ClusterReconciler) startMajorUpgrade(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, ic *instanceClient) (bool, error) {
 	to, from := imageMajor(c.Spec.Image), c.Status.PostgresMajor
 	if to == 0 || from == 0 || to <= from {
 		return false, nil
@@ -210,6 +211,18 @@ func (r *ClusterReconciler) startMajorUpgrade(ctx context.Context, c *tuskv1alph
 		u.Phase, u.Backup = tuskv1alpha1.MajorUpgradeBackingUp, c.Name+"-pre-upgrade-"+u.Attempt
 		u.Message = "Taking the backup " + u.Backup + ": after the new server's first write, it is the way back"
 	}
+	problem, err := onlinePrecheck(ctx, ic, primary)
+	if err != nil {
+		c.Status.MajorUpgrade = nil
+		return false, err
+	}
+	if problem != "" {
+		// Refused while everything serves: the attempt ends as Failed,
+		// and runs again by the retry annotation or a new image.
+		c.Status.MajorUpgrade.Backup = ""
+		return false, r.setUpgradePhase(ctx, c, tuskv1alpha1.MajorUpgradeFailed,
+			"The upgrade was refused before anything stopped: "+problem+"; the cluster runs "+c.Status.MajorUpgrade.FromImage+" as before")
+	}
 	if err := r.writeStatus(ctx, c); err != nil {
 		c.Status.MajorUpgrade = nil
 		return false, err
@@ -217,6 +230,22 @@ func (r *ClusterReconciler) startMajorUpgrade(ctx context.Context, c *tuskv1alph
 	r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonMajorUpgradeRunning, "Upgrade",
 		"Upgrading PostgreSQL %d to %d (%s, pg_upgrade --%s)", from, to, c.Spec.Image, mode)
 	return true, nil
+}
+
+// onlinePrecheck asks the serving primary for the pre-checks it can
+// answer, and returns what would make the upgrade fail ("" for nothing).
+// A manager of an earlier version, without the request, is not asked:
+// the same checks run again in the upgrade's pod.
+func onlinePrecheck(ctx context.Context, ic *instanceClient, primary *member) (string, error) {
+	var res instanceapi.UpgradePrecheckResult
+	err := ic.call(ctx, primary.pod, http.MethodPost, instanceapi.PathUpgradePrecheck, nil, &res)
+	if code, _ := apiErrorCode(err); code == http.StatusNotFound || code == http.StatusMethodNotAllowed {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("while asking %s for the upgrade's pre-checks: %w", primary.name, err)
+	}
+	return res.Problem, nil
 }
 
 // setUpgradePhase moves the upgrade on, with an Event. A rollback puts

@@ -133,10 +133,7 @@ func (m *Manager) routes() http.Handler {
 	mux.HandleFunc("POST "+instanceapi.PathBackups, m.serveStartBackup)
 	mux.HandleFunc("GET "+instanceapi.PathBackups+"/{name}", m.serveBackupStatus)
 	mux.HandleFunc("POST "+instanceapi.PathWALSwitch, m.serveWALSwitch)
-	mux.HandleFunc("POST "+instanceapi.PathCheckpoint, func(w http.ResponseWriter, r *http.Request) {
-		res, err := m.Checkpoint(r.Context())
-		reply(w, res, err)
-	})
+	mux.HandleFunc("POST "+instanceapi.PathCheckpoint, serveResult(m.Checkpoint))
 	mux.HandleFunc("PUT "+instanceapi.PathConfig, func(w http.ResponseWriter, r *http.Request) {
 		var cfg instanceapi.Config
 		if err := json.NewDecoder(r.Body).Decode(&cfg); err != nil {
@@ -156,11 +153,18 @@ func (m *Manager) routes() http.Handler {
 	mux.HandleFunc("PUT "+instanceapi.PathSQLSubscriptions, serveApply(m.ApplySubscription))
 	mux.HandleFunc("GET "+instanceapi.PathSQLSlots, m.serveSlots)
 	mux.HandleFunc("POST "+instanceapi.PathImportCutover, m.serveImportCutover)
-	mux.HandleFunc("POST "+instanceapi.PathEndSessions, func(w http.ResponseWriter, r *http.Request) {
-		res, err := m.EndClientSessions(r.Context())
-		reply(w, res, err)
-	})
+	mux.HandleFunc("POST "+instanceapi.PathUpgradePrecheck, serveResult(m.UpgradePrecheck))
+	mux.HandleFunc("POST "+instanceapi.PathImportAbandon, serveResult(m.AbandonImport))
+	mux.HandleFunc("POST "+instanceapi.PathEndSessions, serveResult(m.EndClientSessions))
 	return mux
+}
+
+// serveResult answers a request with fn's result, or its error.
+func serveResult[T any](fn func(context.Context) (T, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		res, err := fn(r.Context())
+		reply(w, res, err)
+	}
 }
 
 // serveHealthz answers the liveness probe. It reflects the manager, not

@@ -56,12 +56,33 @@ const (
 	// the operator asks an old primary whose Services moved to the
 	// cluster that imported it. See EndSessionsResult.
 	PathEndSessions = "/v1/sessions/end"
+	// PathImportAbandon drops a logical import's subscriptions, and their
+	// slots on the source, before the cluster is deleted uncut over (POST,
+	// no body). See ImportAbandonResult.
+	PathImportAbandon = "/v1/import/abandon"
+	// PathUpgradePrecheck runs, on the serving primary, the major
+	// upgrade's pre-checks a running server can answer (POST, no body).
+	// See UpgradePrecheckResult.
+	PathUpgradePrecheck = "/v1/upgrade/precheck"
 )
 
 // ImportCutoverRequest names the cutover asked for (the annotation's
 // value): a cutover that ran for it is not run again.
 type ImportCutoverRequest struct {
 	Cutover string `json:"cutover"`
+}
+
+// UpgradePrecheckResult says what would make a major upgrade fail
+// (Problem, with what to do), "" when nothing does.
+type UpgradePrecheckResult struct {
+	Problem string `json:"problem,omitempty"`
+}
+
+// ImportAbandonResult names the import's slots dropped on the source, and
+// those left there because the source could not be reached.
+type ImportAbandonResult struct {
+	Dropped []string `json:"dropped,omitempty"`
+	Left    []string `json:"left,omitempty"`
 }
 
 // ImportStatus is a logical import's state on the primary.

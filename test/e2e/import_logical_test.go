@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
@@ -109,4 +110,45 @@ INSERT INTO items (note) SELECT 'item ' || g FROM generate_series(1, 2000) g`)
 	}
 	t.Logf("cutover: the operator's write gap %s; longest gap of the tuned writer around it %s, of the ordinary client %s",
 		done.Status.Import.WriteGap.Duration, writeGapAround(recs, cutoverAt, cutOver), writeGapAround(ordinaryRecs, cutoverAt, cutOver))
+}
+
+// TestDeletedImportDropsItsSlot: a cluster deleted while its logical
+// import still follows the source (no cutover) has its primary drop the
+// subscription first, and with it the slot on the source, which would
+// otherwise keep the source's WAL without end (Event ImportAbandoned).
+func TestDeletedImportDropsItsSlot(t *testing.T) {
+	ns := newNamespace(t)
+	src := newCluster(ns, "src", 1)
+	src.Spec.PostgreSQL.Synchronous = tuskv1alpha1.SynchronousSpec{Mode: tuskv1alpha1.SynchronousOff}
+	src.Spec.PostgreSQL.Parameters = map[string]tuskv1alpha1.ParameterValue{"wal_level": "logical"}
+	createCluster(t, src, "")
+	waitHealthy(t, ns, "src", 1, 3*time.Minute)
+	srcPrimary := mustGetCluster(t, ns, "src").Status.CurrentPrimary
+	instanceSQL(t, ns, "src", srcPrimary, `CREATE ROLE migrator LOGIN REPLICATION PASSWORD 'migrate-me' IN ROLE app, pg_signal_backend, pg_read_all_data;
+CREATE PUBLICATION tusk_import FOR ALL TABLES;
+CREATE TABLE items (id bigserial PRIMARY KEY, note text NOT NULL)`)
+	createSecret(t, ns, "migrator", map[string][]byte{"password": []byte("migrate-me")})
+
+	dst := newCluster(ns, "dst", 1)
+	dst.Spec.PostgreSQL.Synchronous = tuskv1alpha1.SynchronousSpec{Mode: tuskv1alpha1.SynchronousOff}
+	dst.Spec.Bootstrap = &tuskv1alpha1.BootstrapSpec{InitDB: &tuskv1alpha1.InitDBSpec{Import: &tuskv1alpha1.ImportSpec{
+		Source: tuskv1alpha1.ImportSource{Cluster: "src", User: "migrator",
+			PasswordSecret: corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "migrator"}, Key: "password"}},
+		Databases: []string{"app"},
+		Method:    "logical",
+	}}}
+	createCluster(t, dst, "")
+	eventually(t, 4*time.Minute, "the import to follow its source", func(ctx context.Context) (bool, error) {
+		pgc, err := getCluster(ctx, ns, "dst")
+		return err == nil && pgc.Status.Import != nil && pgc.Status.Import.Phase == tuskv1alpha1.ImportReplicating, nil
+	})
+	slots := "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'tusk_import_%'"
+	if got := instanceSQL(t, ns, "src", srcPrimary, slots); got != "1" {
+		t.Fatalf("%s import slots on the source while importing, want 1", got)
+	}
+	deleteCluster(t, ns, "dst")
+	if got := instanceSQL(t, ns, "src", srcPrimary, slots); got != "0" {
+		t.Errorf("%s import slots left on the source after the importing cluster's deletion", got)
+	}
+	waitEvent(t, ns, tuskv1alpha1.ReasonImportAbandoned, "tusk_import_")
 }

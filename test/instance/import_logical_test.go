@@ -25,57 +25,7 @@ import (
 // changes nothing. The import's user is no superuser: REPLICATION, a
 // member of the database's owner and of pg_signal_backend.
 func TestLogicalImportCutover(t *testing.T) {
-	sourcePKI, ownPKI := newClusterPKI(t), newClusterPKI(t)
-	source := startNode(t, "lsrc-1", nodeOptions{role: instanceapi.RolePrimary, tls: sourcePKI,
-		config: &instanceapi.Config{Parameters: map[string]string{"wal_level": "logical"}}})
-	source.waitReady(instanceapi.RolePrimary)
-	source.exec(`CREATE ROLE shop LOGIN PASSWORD 'shop-secret';
-CREATE ROLE migrator LOGIN REPLICATION PASSWORD 'migrate-me' IN ROLE pg_read_all_data, pg_signal_backend, shop`)
-	source.exec("CREATE DATABASE shop OWNER shop")
-	inShop := func(n *node, user, password, sql string) (string, error) {
-		conn, err := n.tryConnect(context.Background(), user, password, "shop")
-		if err != nil {
-			return "", err
-		}
-		defer func() { _ = conn.Close(context.Background()) }()
-		var out string
-		err = conn.QueryRow(context.Background(), sql).Scan(&out)
-		return out, err
-	}
-	mustInShop := func(n *node, sql string) string {
-		t.Helper()
-		out, err := inShop(n, "postgres", superuserPassword, sql)
-		if err != nil {
-			t.Fatalf("%s: %s: %v", n.name, sql, err)
-		}
-		return out
-	}
-	source.withConn("postgres", superuserPassword, "shop", func(conn *pgx.Conn) error {
-		_, err := conn.Exec(context.Background(), `CREATE TABLE orders (id serial PRIMARY KEY, note text NOT NULL);
-ALTER TABLE orders OWNER TO shop; INSERT INTO orders (note) SELECT 'order ' || g FROM generate_series(1, 500) g;
-CREATE TABLE acks (client int, seq int, PRIMARY KEY (client, seq)); ALTER TABLE acks OWNER TO shop;
-CREATE PUBLICATION tusk_import FOR ALL TABLES`)
-		return err
-	})
-
-	caDir := filepath.Join(workDir(t), "import-ca")
-	mountCerts(t, caDir, sourcePKI.repl, sourcePKI.ca)
-	secrets := filepath.Join(workDir(t), "import-secrets")
-	if err := os.Mkdir(secrets, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	chown(t, secrets)
-	n := startNode(t, "limp-1", nodeOptions{role: instanceapi.RolePrimary, tls: ownPKI, extraArgs: []string{
-		"--import-host", "127.0.0.1", "--import-port", strconv.Itoa(source.port), "--import-method", "logical",
-		"--import-user", "migrator", "--import-password-file", writeSecret(t, secrets, "password", "migrate-me"),
-		"--import-sslmode", "verify-full", "--import-ca-file", filepath.Join(caDir, "ca.crt"), "--import-database", "shop"}})
-	n.waitReady(instanceapi.RolePrimary)
-	n.waitFor("the import replicating", func(st instanceapi.Status) error {
-		if st.Import == nil || st.Import.Phase != "Replicating" {
-			return fmt.Errorf("import %+v", st.Import)
-		}
-		return nil
-	})
+	source, n := startLogicalImportPair(t, "l")
 	waitShop := func(sql, want string) {
 		t.Helper()
 		n.waitFor(sql+" = "+want, func(instanceapi.Status) error {
@@ -87,7 +37,7 @@ CREATE PUBLICATION tusk_import FOR ALL TABLES`)
 		})
 	}
 	waitShop("SELECT count(*)::text FROM orders", "500")
-	mustInShop(source, "WITH i AS (INSERT INTO orders (note) SELECT 'later ' || g FROM generate_series(1, 100) g RETURNING 1) SELECT count(*)::text FROM i")
+	mustInShop(t, source, "WITH i AS (INSERT INTO orders (note) SELECT 'later ' || g FROM generate_series(1, 100) g RETURNING 1) SELECT count(*)::text FROM i")
 	waitShop("SELECT count(*)::text FROM orders", "600")
 
 	// Writers commit on the source, each on its own session, until the
@@ -107,20 +57,20 @@ CREATE PUBLICATION tusk_import FOR ALL TABLES`)
 	}
 	t.Logf("cutover write gap %.3fs", st.Import.WriteGapSeconds)
 	checkAcksArrived(t, n, acked())
-	if got := mustInShop(n, "SELECT nextval('orders_id_seq')::text"); got != "601" {
+	if got := mustInShop(t, n, "SELECT nextval('orders_id_seq')::text"); got != "601" {
 		t.Errorf("nextval after the cutover = %s, want 601 (the source's sequence)", got)
 	}
-	if got := mustInShop(n, "SELECT count(*)::text FROM pg_subscription"); got != "0" {
+	if got := mustInShop(t, n, "SELECT count(*)::text FROM pg_subscription"); got != "0" {
 		t.Errorf("%s subscriptions left after the cutover", got)
 	}
-	if got := mustInShop(source, "SELECT count(*)::text FROM pg_replication_slots WHERE slot_type = 'logical'"); got != "0" {
+	if got := mustInShop(t, source, "SELECT count(*)::text FROM pg_replication_slots WHERE slot_type = 'logical'"); got != "0" {
 		t.Errorf("%s logical slots left on the source after the cutover", got)
 	}
 	if _, err := inShop(source, "shop", "shop-secret", "INSERT INTO orders (note) VALUES ('too late') RETURNING 'x'"); err == nil ||
 		!strings.Contains(err.Error(), "read-only transaction") {
 		t.Errorf("a write on the source after the cutover: %v, want a read-only refusal", err)
 	}
-	if got := mustInShop(n, "INSERT INTO orders (note) VALUES ('on the new cluster') RETURNING id::text"); got != "602" {
+	if got := mustInShop(t, n, "INSERT INTO orders (note) VALUES ('on the new cluster') RETURNING id::text"); got != "602" {
 		t.Errorf("a write on the new cluster got id %s, want 602", got)
 	}
 	// The same request again changes nothing.
@@ -150,7 +100,7 @@ CREATE PUBLICATION tusk_import FOR ALL TABLES`)
 	if st.Import.Phase != "CutOver" || !strings.Contains(st.Import.Message, "earlier primary") {
 		t.Errorf("a cutover of a stale state file: %+v, want CutOver on an earlier primary", st.Import)
 	}
-	if got := mustInShop(n, "SELECT count(*)::text FROM orders"); got != "601" {
+	if got := mustInShop(t, n, "SELECT count(*)::text FROM orders"); got != "601" {
 		t.Errorf("%s rows after the second cutover, want 601", got)
 	}
 }
@@ -219,4 +169,97 @@ func checkAcksArrived(t *testing.T, n *node, acked map[[2]int]bool) {
 		t.Errorf("%d rows acknowledged on the source before the cutover, %d of them missing on the new cluster: %v", len(acked), len(lost), lost)
 	}
 	t.Logf("%d rows acknowledged on the source during the cutover's start, all on the new cluster", len(acked))
+}
+
+// startLogicalImportPair starts a source server (wal_level logical, a
+// database shop with 500 orders, a publication) and a new primary
+// importing shop from it logically as migrator, a non-superuser, over
+// verified TLS, and waits until the import replicates.
+func startLogicalImportPair(t *testing.T, prefix string) (source, n *node) {
+	t.Helper()
+	sourcePKI, ownPKI := newClusterPKI(t), newClusterPKI(t)
+	source = startNode(t, prefix+"src-1", nodeOptions{role: instanceapi.RolePrimary, tls: sourcePKI,
+		config: &instanceapi.Config{Parameters: map[string]string{"wal_level": "logical"}}})
+	source.waitReady(instanceapi.RolePrimary)
+	source.exec(`CREATE ROLE shop LOGIN PASSWORD 'shop-secret';
+CREATE ROLE migrator LOGIN REPLICATION PASSWORD 'migrate-me' IN ROLE pg_read_all_data, pg_signal_backend, shop`)
+	source.exec("CREATE DATABASE shop OWNER shop")
+	source.withConn("postgres", superuserPassword, "shop", func(conn *pgx.Conn) error {
+		_, err := conn.Exec(context.Background(), `CREATE TABLE orders (id serial PRIMARY KEY, note text NOT NULL);
+ALTER TABLE orders OWNER TO shop; INSERT INTO orders (note) SELECT 'order ' || g FROM generate_series(1, 500) g;
+CREATE TABLE acks (client int, seq int, PRIMARY KEY (client, seq)); ALTER TABLE acks OWNER TO shop;
+CREATE PUBLICATION tusk_import FOR ALL TABLES`)
+		return err
+	})
+
+	caDir := filepath.Join(workDir(t), "import-ca")
+	mountCerts(t, caDir, sourcePKI.repl, sourcePKI.ca)
+	secrets := filepath.Join(workDir(t), "import-secrets")
+	if err := os.Mkdir(secrets, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	chown(t, secrets)
+	n = startNode(t, prefix+"imp-1", nodeOptions{role: instanceapi.RolePrimary, tls: ownPKI, extraArgs: []string{
+		"--import-host", "127.0.0.1", "--import-port", strconv.Itoa(source.port), "--import-method", "logical",
+		"--import-user", "migrator", "--import-password-file", writeSecret(t, secrets, "password", "migrate-me"),
+		"--import-sslmode", "verify-full", "--import-ca-file", filepath.Join(caDir, "ca.crt"), "--import-database", "shop"}})
+	n.waitReady(instanceapi.RolePrimary)
+	n.waitFor("the import replicating", func(st instanceapi.Status) error {
+		if st.Import == nil || st.Import.Phase != "Replicating" {
+			return fmt.Errorf("import %+v", st.Import)
+		}
+		return nil
+	})
+	return source, n
+}
+
+// inShop runs sql in n's database shop as user and returns its one value.
+func inShop(n *node, user, password, sql string) (string, error) {
+	conn, err := n.tryConnect(context.Background(), user, password, "shop")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	var out string
+	err = conn.QueryRow(context.Background(), sql).Scan(&out)
+	return out, err
+}
+
+// mustInShop is inShop as the superuser, failing the test on an error.
+func mustInShop(t *testing.T, n *node, sql string) string {
+	t.Helper()
+	out, err := inShop(n, "postgres", superuserPassword, sql)
+	if err != nil {
+		t.Fatalf("%s: %s: %v", n.name, sql, err)
+	}
+	return out
+}
+
+// TestLogicalImportAbandon: POST /v1/import/abandon, which the operator
+// sends before deleting a cluster whose import was not cut over, drops
+// the subscription and its slot on the source (which would otherwise keep
+// the source's WAL), leaves the source writable, and asked again changes
+// nothing.
+func TestLogicalImportAbandon(t *testing.T) {
+	source, n := startLogicalImportPair(t, "a")
+	slots := "SELECT count(*)::text FROM pg_replication_slots WHERE slot_type = 'logical'"
+	if got := mustInShop(t, source, slots); got != "1" {
+		t.Fatalf("%s logical slots on the source while importing, want 1", got)
+	}
+	for try := 1; try <= 2; try++ {
+		var res instanceapi.ImportAbandonResult
+		n.command("POST", instanceapi.PathImportAbandon, nil, &res)
+		if len(res.Left) != 0 || (try == 1 && len(res.Dropped) != 1) {
+			t.Errorf("abandon #%d: %+v, want the one slot dropped (then nothing left)", try, res)
+		}
+	}
+	if got := mustInShop(t, source, slots); got != "0" {
+		t.Errorf("%s logical slots left on the source after the abandon", got)
+	}
+	if got := mustInShop(t, n, "SELECT count(*)::text FROM pg_subscription"); got != "0" {
+		t.Errorf("%s subscriptions left after the abandon", got)
+	}
+	if _, err := inShop(source, "shop", "shop-secret", "INSERT INTO orders (note) VALUES ('still writable') RETURNING 'x'"); err != nil {
+		t.Errorf("the source after the abandon: %v, want it writable", err)
+	}
 }

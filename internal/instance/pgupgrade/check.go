@@ -178,6 +178,16 @@ func readOldCluster(ctx context.Context, conn *pgx.Conn, old *oldCluster) error 
 // preChecks refuses, before anything changes, what would make pg_upgrade
 // fail late or lose something quietly.
 func (p *Plan) preChecks(ctx context.Context, conn *pgx.Conn, old oldCluster) error {
+	if err := OnlineChecks(ctx, conn, old.major); err != nil {
+		return err
+	}
+	return p.checkExtensions(ctx, conn)
+}
+
+// OnlineChecks are the pre-checks a running server of major can answer
+// by itself: the instance manager runs them on the serving primary before
+// the operator stops anything, and again on the stopped data directory.
+func OnlineChecks(ctx context.Context, conn *pgx.Conn, major int) error {
 	var prepared []string
 	if err := collect(ctx, conn, &prepared, `SELECT gid || ' (database ' || database || ')' FROM pg_prepared_xacts`); err != nil {
 		return err
@@ -186,17 +196,17 @@ func (p *Plan) preChecks(ctx context.Context, conn *pgx.Conn, old oldCluster) er
 		return fmt.Errorf("prepared transactions are open: %s; commit or roll them back (COMMIT PREPARED / ROLLBACK PREPARED) first",
 			strings.Join(prepared, ", "))
 	}
-	if old.major < 17 {
+	if major < 17 {
 		var slots []string
 		if err := collect(ctx, conn, &slots, `SELECT slot_name FROM pg_replication_slots WHERE slot_type = 'logical'`); err != nil {
 			return err
 		}
 		if len(slots) > 0 {
 			return fmt.Errorf("logical replication slots %s exist: pg_upgrade from PostgreSQL %d does not carry them, and their subscribers "+
-				"would stop; drop the subscriptions that read from this cluster first, or upgrade by logical replication", strings.Join(slots, ", "), old.major)
+				"would stop; drop the subscriptions that read from this cluster first, or upgrade by logical replication", strings.Join(slots, ", "), major)
 		}
 	}
-	return p.checkExtensions(ctx, conn)
+	return nil
 }
 
 // checkExtensions refuses an extension of any database that the new
