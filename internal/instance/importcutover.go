@@ -200,7 +200,34 @@ func stopSourceWrites(ctx context.Context, c cutoverDB) (string, error) {
 	if err := waitSessionsGone(ctx, c, pids); err != nil {
 		return "", err
 	}
+	return markSourceEnd(ctx, c)
+}
+
+// markSourceEnd returns a WAL position of the source past every commit
+// made so far, and makes sure the source's WAL is flushed up to it: a
+// logical message committed in a transaction of the import's own
+// (synchronously, past the database's read-only default). The walsender
+// decodes flushed WAL only, so a position read with
+// pg_current_wal_insert_lsn() on a source that writes nothing more (it is
+// read-only now) could stay beyond its reach, and the subscriber's
+// confirmation short of it, until something else flushed the WAL:
+// cutovers took up to 9 s waiting for that. A user allowed to make no
+// logical message (PostgreSQL asks for REPLICATION, which the import's
+// user has) falls back to the insert position.
+func markSourceEnd(ctx context.Context, c cutoverDB) (string, error) {
 	var end string
+	err := pgx.BeginTxFunc(ctx, c.source, pgx.TxOptions{AccessMode: pgx.ReadWrite}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = on"); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, "SELECT pg_logical_emit_message(true, 'tusk_import_cutover', '')::text").Scan(&end)
+	})
+	if err == nil {
+		return end, nil
+	}
+	if !isInsufficientPrivilege(err) {
+		return "", fmt.Errorf("while marking the end of the source's WAL in %s: %w", c.name, err)
+	}
 	err = c.source.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&end)
 	return end, err
 }

@@ -279,9 +279,8 @@ func readSourceRoles(ctx context.Context, conn *pgx.Conn) ([]sourceRole, error) 
 	if err == nil {
 		err = collectInto(rows, verifiers)
 	}
-	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege: not a superuser
+	case isInsufficientPrivilege(err): // not a superuser
 		return roles, nil
 	case err != nil:
 		return nil, fmt.Errorf("while reading the import source's password verifiers: %w", err)
@@ -474,4 +473,11 @@ func (m *Manager) logToolOutput(name, out string) {
 			m.pgLog.WithName(name).Info(line)
 		}
 	}
+}
+
+// isInsufficientPrivilege says PostgreSQL refused err for the role's
+// rights (SQLSTATE 42501).
+func isInsufficientPrivilege(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42501"
 }

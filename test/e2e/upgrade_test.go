@@ -105,9 +105,10 @@ func upgradeCluster(t *testing.T, pgc *tuskv1alpha1.PostgresCluster, from, to in
 // (adminpack) is asked for 17 while a prepared transaction is open: the
 // pre-check on the serving primary refuses before anything stops (no pod
 // replaced), with a condition that says why. Once the transaction is
-// committed, the retry passes the pre-checks and pg_upgrade, but the new
-// server's first start fails on adminpack: the upgrade rolls back on the
-// volume and the cluster serves PostgreSQL 15 again with every row.
+// committed, the retry stops the cluster, but pg_upgrade --check refuses an
+// aclitem column in the upgrade's pod: rolled back, Ready on 15 with every
+// row. Without it, the next retry passes the pre-checks and pg_upgrade,
+// but the new server's first start fails on adminpack: rolled back again.
 // Without adminpack, the next retry upgrades: 17 serves every row and the
 // extension, and the replica is a fresh copy streaming on 17.
 func TestMajorUpgrade(t *testing.T) {
@@ -132,9 +133,21 @@ func TestMajorUpgrade(t *testing.T) {
 	}
 	checkMajor(t, ns, name, 15, testImage)
 
+	// pg_upgrade --check refuses in the upgrade's pod: aclitem's storage
+	// changed in 16.
 	instanceSQL(t, ns, name, primary, "COMMIT PREPARED 'open'")
+	instanceSQL(t, ns, name, primary, "CREATE TABLE grants (a aclitem)")
 	annotateCluster(t, ns, name, tuskv1alpha1.AnnotationRetryUpgrade, refused.Status.MajorUpgrade.Attempt)
-	failed := waitUpgrade(t, ns, name, refused.Status.MajorUpgrade.Attempt, tuskv1alpha1.MajorUpgradeFailed)
+	checked := waitUpgrade(t, ns, name, refused.Status.MajorUpgrade.Attempt, tuskv1alpha1.MajorUpgradeFailed)
+	checkUpgradeCondition(t, checked, tuskv1alpha1.ReasonMajorUpgradeFailed, `"aclitem" data type in user tables`)
+	waitHealthy(t, ns, name, 2, 3*time.Minute)
+	checkMajor(t, ns, name, 15, testImage)
+	waitRowsEverywhere(t, ns, name, 1001)
+
+	primary = mustGetCluster(t, ns, name).Status.CurrentPrimary
+	instanceSQL(t, ns, name, primary, "DROP TABLE grants")
+	annotateCluster(t, ns, name, tuskv1alpha1.AnnotationRetryUpgrade, checked.Status.MajorUpgrade.Attempt)
+	failed := waitUpgrade(t, ns, name, checked.Status.MajorUpgrade.Attempt, tuskv1alpha1.MajorUpgradeFailed)
 	checkUpgradeCondition(t, failed, tuskv1alpha1.ReasonMajorUpgradeFailed, "the first start of the new server")
 	checkUpgradeCondition(t, failed, tuskv1alpha1.ReasonMajorUpgradeFailed, "adminpack")
 	waitHealthy(t, ns, name, 2, 3*time.Minute)
@@ -143,12 +156,35 @@ func TestMajorUpgrade(t *testing.T) {
 
 	patchClusterSpec(t, ns, name, map[string]any{"postgresql": map[string]any{"parameters": map[string]any{"shared_preload_libraries": nil}}})
 	waitHealthy(t, ns, name, 2, 3*time.Minute)
+	// The tuned writer and the ordinary client write through -rw across
+	// the upgrade that succeeds: what it costs them, and that it loses
+	// nothing they saw acknowledged.
+	w := startWorkload(t, ns, name)
+	startedAt := time.Now()
 	annotateCluster(t, ns, name, tuskv1alpha1.AnnotationRetryUpgrade, failed.Status.MajorUpgrade.Attempt)
 	done := waitUpgrade(t, ns, name, failed.Status.MajorUpgrade.Attempt, tuskv1alpha1.MajorUpgradeSucceeded)
 	checkUpgradeCondition(t, done, tuskv1alpha1.ReasonMajorUpgradeSucceeded, "Upgraded to PostgreSQL 17")
 	waitHealthy(t, ns, name, 2, 3*time.Minute)
+	endedAt := time.Now()
+	w.WaitAcks(t, 100, time.Minute)
+	for _, c := range w.writers() {
+		c.Stop(t)
+	}
+	recs, ordinaryRecs := w.Ledger(t), w.ordinary.Ledger(t)
+	for _, c := range w.writers() {
+		assertNoWriteLost(t, c.Check(t))
+	}
+	t.Logf("in-place upgrade's write gap: tuned writer %s, ordinary client %s",
+		writeGapAround(recs, startedAt, endedAt), writeGapAround(ordinaryRecs, startedAt, endedAt))
 	checkMajor(t, ns, name, 17, "tusk/postgres:17")
 	checkUpgradedData(t, ns, name, 1001)
+	// The manager analyzes after the upgrade (pg_upgrade carries no
+	// statistics before 18): a manual ANALYZE, which autovacuum's are not.
+	upgraded := mustGetCluster(t, ns, name).Status.CurrentPrimary
+	eventually(t, 2*time.Minute, "the upgraded primary to have analyzed lifecycle", func(ctx context.Context) (bool, error) {
+		got, err := tryInstanceSQL(ctx, ns, name, upgraded, "SELECT last_analyze IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'lifecycle'")
+		return err == nil && got == "t", nil
+	})
 }
 
 // checkUpgradedData checks after an upgrade that the rows (ids 0..rows-1)
