@@ -61,7 +61,7 @@ func newWorkloadWriteCommand() *cobra.Command {
 	f.DurationVar(&o.GapThreshold, "gap-threshold", time.Second, "list the write gaps longer than this")
 	f.BoolVar(&o.Ordinary, "ordinary", false, "behave as an ordinary client with libpq's defaults: a new connection per statement, "+
 		"no connect or statement timeout (--timeout ignored), a fixed --backoff after an error")
-	f.DurationVar(&o.Interval, "interval", 0, "an ordinary client's pause between two statements")
+	f.DurationVar(&o.Interval, "interval", 0, "each client's pause between two statements (default none: as fast as the server commits)")
 	f.BoolVar(&o.Read, "read", false, "read (a query per statement, no table) instead of writing: the ledger's acknowledgements are answered reads")
 	_ = cmd.MarkFlagRequired("ledger")
 	return cmd

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -67,9 +68,12 @@ func (m *Manager) serveImportCutover(w http.ResponseWriter, r *http.Request) {
 func (m *Manager) cutover(ctx context.Context, st *importState, request string) {
 	dbs, err := m.openCutover(ctx, st)
 	defer closeCutover(dbs)
-	var gap time.Duration
+	var (
+		gap   time.Duration
+		steps string
+	)
 	if err == nil {
-		gap, err = m.runCutover(ctx, dbs)
+		gap, steps, err = m.runCutover(ctx, dbs)
 	}
 	st.Cutover = request
 	if err != nil {
@@ -81,12 +85,12 @@ func (m *Manager) cutover(ctx context.Context, st *importState, request string) 
 	// its measure is not in this state file.
 	st.CutOver, st.WriteGapSeconds = true, 0
 	if len(dbs) > 0 {
-		st.WriteGapSeconds = gap.Seconds()
+		st.WriteGapSeconds, st.Steps = gap.Seconds(), steps
 	}
 	if err := writeImportState(m.opts.DataDir, st); err != nil {
 		m.log.Error(err, "Recording the cutover")
 	}
-	m.log.Info("Cut over from the logical import's source", "writeGapSeconds", gap.Seconds())
+	m.log.Info("Cut over from the logical import's source", "writeGapSeconds", gap.Seconds(), "steps", steps)
 	m.reportImport(st, "")
 }
 
@@ -140,33 +144,62 @@ func closeCutover(dbs []cutoverDB) {
 	}
 }
 
-func (m *Manager) runCutover(ctx context.Context, dbs []cutoverDB) (time.Duration, error) {
+func (m *Manager) runCutover(ctx context.Context, dbs []cutoverDB) (time.Duration, string, error) {
+	// The source still takes writes while its subscribers close in: the
+	// less is left to apply once it is read-only, the shorter the gap.
+	for _, c := range dbs {
+		if err := waitSlotNear(ctx, c); err != nil {
+			return 0, "", err
+		}
+	}
 	start := time.Now()
+	steps := &stepTimer{last: start}
 	ends := make([]string, len(dbs))
 	var err error
 	for i, c := range dbs {
 		if ends[i], err = stopSourceWrites(ctx, c); err != nil {
-			return 0, errors.Join(err, resumeSourceWrites(ctx, dbs))
+			return 0, "", errors.Join(err, resumeSourceWrites(ctx, dbs))
 		}
 	}
+	steps.done("sessions ended")
 	m.log.Info("The source is read-only; waiting for the subscriptions to apply its last changes")
 	for i, c := range dbs {
 		if err := waitSlotConfirmed(ctx, c, ends[i]); err != nil {
-			return 0, errors.Join(err, resumeSourceWrites(ctx, dbs))
-		}
-		if err := copySequences(ctx, c); err != nil {
-			return 0, errors.Join(err, resumeSourceWrites(ctx, dbs))
+			return 0, "", errors.Join(err, resumeSourceWrites(ctx, dbs))
 		}
 	}
+	steps.done("caught up")
+	for _, c := range dbs {
+		if err := copySequences(ctx, c); err != nil {
+			return 0, "", errors.Join(err, resumeSourceWrites(ctx, dbs))
+		}
+	}
+	steps.done("sequences copied")
 	for _, c := range dbs {
 		// Drops the slot on the source too, through the subscription's
 		// connection.
 		if _, err := c.local.Exec(ctx, "DROP SUBSCRIPTION "+ident(c.subscription)); err != nil {
-			return 0, fmt.Errorf("while dropping the subscription %s of %s (the source stays read-only): %w", c.subscription, c.name, err)
+			return 0, "", fmt.Errorf("while dropping the subscription %s of %s (the source stays read-only): %w", c.subscription, c.name, err)
 		}
 	}
-	return time.Since(start), nil
+	steps.done("subscriptions dropped")
+	return time.Since(start), steps.String(), nil
 }
+
+// stepTimer says how long each step of a cutover took: what a DBA looks
+// at when the write gap is longer than it should be.
+type stepTimer struct {
+	last  time.Time
+	steps []string
+}
+
+func (s *stepTimer) done(step string) {
+	now := time.Now()
+	s.steps = append(s.steps, fmt.Sprintf("%s %.2fs", step, now.Sub(s.last).Seconds()))
+	s.last = now
+}
+
+func (s *stepTimer) String() string { return strings.Join(s.steps, ", ") }
 
 // stopSourceWrites makes a source database read-only for new sessions and
 // ends its client sessions (the import's own aside), then returns the
@@ -289,6 +322,46 @@ func waitSlotConfirmed(ctx context.Context, c cutoverDB, end string) error {
 		case <-ctx.Done():
 			return fmt.Errorf("the subscription %s of %s did not apply the source's changes up to %s within %s", c.subscription, c.name, end, cutoverTimeout)
 		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Before the source turns read-only, the cutover waits up to
+// nearTimeout for each subscription to be within nearLag bytes of the
+// source's WAL, and refuses, the source untouched, when one is not: the
+// rest would have to be applied with the source read-only. One apply
+// worker commits each of the source's transactions in turn, each waiting
+// for this cluster's synchronous standbys, so a source whose many clients
+// commit together (sharing each flush) can write faster than it applies.
+const (
+	nearLag     = 1 << 20
+	nearTimeout = 30 * time.Second
+)
+
+// waitSlotNear waits, while the source takes writes, until the slot of c
+// lags by less than nearLag; it fails after nearTimeout.
+func waitSlotNear(ctx context.Context, c cutoverDB) error {
+	ctx, cancel := context.WithTimeout(ctx, nearTimeout)
+	defer cancel()
+	var lag int64 // the last read, for the refusal
+	for {
+		err := c.source.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint FROM pg_replication_slots WHERE slot_name = $1",
+			c.subscription).Scan(&lag)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("the source has no slot %s for the database %s", c.subscription, c.name)
+		case ctx.Err() != nil:
+			return fmt.Errorf("the subscription %s of %s lags the source by %.1f MB and did not come within %d MB of it in %s: "+
+				"the source writes faster than this cluster applies; it was not made read-only. Cut over when it writes less",
+				c.subscription, c.name, float64(lag)/(1<<20), nearLag>>20, nearTimeout)
+		case err != nil:
+			return fmt.Errorf("while reading how far the subscription %s lags: %w", c.subscription, err)
+		case lag < nearLag:
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }

@@ -52,6 +52,8 @@ type importState struct {
 	CutOver         bool    `json:"cutOver,omitempty"`
 	Cutover         string  `json:"cutover,omitempty"`
 	WriteGapSeconds float64 `json:"writeGapSeconds,omitempty"`
+	// Steps says how long each step of the cutover took.
+	Steps string `json:"steps,omitempty"`
 }
 
 // importSubscriptionName is a database's subscription, and its slot on the
@@ -251,7 +253,7 @@ func (m *Manager) reportImport(st *importState, failure string) {
 		r.Phase, r.Message = importCutOver, "cut over on an earlier primary; the cluster no longer follows the source"
 	case st.CutOver:
 		r.Phase, r.WriteGapSeconds = importCutOver, st.WriteGapSeconds
-		r.Message = fmt.Sprintf("cut over: writes were kept out for %.1fs; the cluster no longer follows the source", st.WriteGapSeconds)
+		r.Message = fmt.Sprintf("cut over: writes were kept out for %.1fs (%s); the cluster no longer follows the source", st.WriteGapSeconds, st.Steps)
 	case failure != "":
 		r.Phase, r.Message = importCutoverFailed, failure
 	}

@@ -39,7 +39,9 @@ type WriteOptions struct {
 	// ignored), and a fixed wait of Backoff after an error. Its write gaps
 	// are what such an application sees; the tuned client's are not.
 	Ordinary bool
-	// Interval is an ordinary client's pause between two statements.
+	// Interval is a client's pause between two statements: an
+	// application's pace, where an unpaced client writes as fast as the
+	// server commits.
 	Interval time.Duration
 	// Read makes the clients read instead of write: readSQL, whose
 	// answers the ledger records as acknowledgements, so that its gaps
@@ -224,6 +226,7 @@ func (w *writer) client(ctx context.Context, id int) {
 		switch {
 		case err == nil:
 			backoff = w.opts.Backoff
+			sleep(ctx, w.opts.Interval)
 		case errors.Is(err, errLedger):
 			return // without a ledger there is no evidence; Write reports the error
 		case ErrorKind(err) == uniqueViolation:

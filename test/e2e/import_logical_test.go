@@ -37,7 +37,12 @@ func TestLogicalUpgradeUnderWrites(t *testing.T) {
 	oldPrimary := mustGetCluster(t, ns, "orders").Status.CurrentPrimary
 	instanceSQL(t, ns, "orders", oldPrimary, `CREATE TABLE items (id bigserial PRIMARY KEY, note text NOT NULL);
 INSERT INTO items (note) SELECT 'item ' || g FROM generate_series(1, 2000) g`)
-	w := startWorkload(t, ns, "orders")
+	// An application's pace: unpaced, the writer's 8 clients commit
+	// together, sharing each flush, faster than one apply worker, which
+	// commits their transactions one by one, each waiting for the new
+	// cluster's synchronous standby, can follow here; the cutover then
+	// refuses (docs/upgrades.md).
+	w := startPacedWorkload(t, ns, "orders", workloadPace)
 
 	block := docYAMLBlocks(t, "upgrades.md", 2)[1]
 	start := time.Now()
@@ -108,6 +113,7 @@ INSERT INTO items (note) SELECT 'item ' || g FROM generate_series(1, 2000) g`)
 	if _, err := tryInstanceSQL(context.Background(), ns, "orders", oldPrimary, "INSERT INTO items (note) VALUES ('late')"); err == nil || !strings.Contains(err.Error(), "read-only") {
 		t.Errorf("a write on the old primary after the cutover: %v; want a read-only refusal", err)
 	}
+	t.Logf("cutover: %s", done.Status.Import.Message)
 	t.Logf("cutover: the operator's write gap %s; longest gap of the tuned writer around it %s, of the ordinary client %s",
 		done.Status.Import.WriteGap.Duration, writeGapAround(recs, cutoverAt, cutOver), writeGapAround(ordinaryRecs, cutoverAt, cutOver))
 }
@@ -151,4 +157,18 @@ CREATE TABLE items (id bigserial PRIMARY KEY, note text NOT NULL)`)
 		t.Errorf("%s import slots left on the source after the importing cluster's deletion", got)
 	}
 	waitEvent(t, ns, tuskv1alpha1.ReasonImportAbandoned, "tusk_import_")
+}
+
+// workloadPace is the tuned writer's pause between two writes of a client
+// in TestLogicalUpgradeUnderWrites: 8 clients, at most 80 writes a second.
+const workloadPace = 100 * time.Millisecond
+
+// startPacedWorkload is startWorkload with each tuned client pausing
+// pace between two writes.
+func startPacedWorkload(t *testing.T, ns, cluster string, pace time.Duration) *workloadWriter {
+	t.Helper()
+	pod := workloadPod(ns, cluster)
+	writer := &pod.Spec.Containers[0]
+	writer.Command = append(writer.Command, "--interval", pace.String())
+	return startWorkloadPod(t, ns, cluster, pod)
 }

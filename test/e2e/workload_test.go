@@ -77,7 +77,14 @@ type workloadWriter struct {
 // namespace.
 func startWorkload(t *testing.T, ns, cluster string) *workloadWriter {
 	t.Helper()
-	createPod(t, ns, workloadPod(ns, cluster))
+	return startWorkloadPod(t, ns, cluster, workloadPod(ns, cluster))
+}
+
+// startWorkloadPod starts pod, a workloadPod of the cluster, and waits for
+// its first acknowledged writes.
+func startWorkloadPod(t *testing.T, ns, cluster string, pod *corev1.Pod) *workloadWriter {
+	t.Helper()
+	createPod(t, ns, pod)
 	waitPodReady(t, ns, workloadPodName, 2*time.Minute)
 	w := &workloadWriter{ns: ns, cluster: cluster, pod: workloadPodName, container: "writer", ledger: workloadLedger, table: "tusk_workload",
 		ordinary: &workloadWriter{ns: ns, cluster: cluster, pod: workloadPodName, container: ordinaryContainer, ledger: ordinaryLedger, table: ordinaryTable}}
