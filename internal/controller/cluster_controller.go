@@ -59,6 +59,10 @@ type Config struct {
 	// objectstore.RefuseInternalAddresses when nil. Tests whose S3 server
 	// listens on loopback allow it.
 	ObjectStoreAddressCheck func(netip.Addr) error
+	// ImportAbandonGrace is how long a deleted cluster whose logical
+	// import was not cut over asks its primary to drop the import's slots
+	// on the source before it goes without: 2 minutes when zero.
+	ImportAbandonGrace time.Duration
 }
 
 // ClusterReconciler drives PostgresClusters towards their spec.
@@ -112,7 +116,7 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !c.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.reconcileDelete(ctx, c)
+		return r.reconcileDelete(ctx, c)
 	}
 	if !controllerutil.ContainsFinalizer(c, FinalizerCleanup) {
 		patch := client.MergeFrom(c.DeepCopy())

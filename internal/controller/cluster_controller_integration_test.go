@@ -53,7 +53,7 @@ var testConfig = Config{InstanceManagerImage: "tusk/operator:test", ObjectStoreA
 		return nil
 	}
 	return objectstore.RefuseInternalAddresses(a)
-}}
+}, ImportAbandonGrace: 3 * time.Second}
 
 func newCluster(ns string) *tuskv1alpha1.PostgresCluster {
 	return &tuskv1alpha1.PostgresCluster{

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -17,17 +19,24 @@ import (
 	"tusk.dev/tusk/internal/instanceapi"
 )
 
-// reconcileDelete deletes the volumes of a deleted cluster when its reclaim
-// policy says so, or else keeps the Secrets their data needs with them;
-// then lets it go. Pods, Services, the other Secrets and the rest are owned
-// by the cluster and go with it.
-func (r *ClusterReconciler) reconcileDelete(ctx context.Context, c *tuskv1alpha1.PostgresCluster) error {
+// reconcileDelete has the primary of a deleted cluster drop its logical
+// import's slots on the source (abandonImport), then deletes the volumes
+// when the reclaim policy says so, or else keeps the Secrets their data
+// needs with them; then lets it go. Pods, Services, the other Secrets and
+// the rest are owned by the cluster and go with it.
+func (r *ClusterReconciler) reconcileDelete(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(c, FinalizerCleanup) {
-		return nil
+		return ctrl.Result{}, nil
 	}
 	if retry, err := r.abandonImport(ctx, c); err != nil || retry {
-		return err
+		return ctrl.Result{RequeueAfter: pollChanging}, err
 	}
+	return ctrl.Result{}, r.releaseVolumes(ctx, c)
+}
+
+// releaseVolumes deletes the volumes, or keeps the credentials their data
+// needs, and removes the finalizer.
+func (r *ClusterReconciler) releaseVolumes(ctx context.Context, c *tuskv1alpha1.PostgresCluster) error {
 	if c.Spec.Storage.ReclaimPolicy == tuskv1alpha1.ReclaimDelete {
 		err := r.DeleteAllOf(ctx, &corev1.PersistentVolumeClaim{}, client.InNamespace(c.Namespace), client.MatchingLabels(clusterLabels(c)))
 		if err != nil {
@@ -93,7 +102,9 @@ var errNoPrimary = errors.New("no primary")
 
 // abandonGrace is how long a deleted cluster with a logical import not cut
 // over waits for its primary to drop the import's slots on the source.
-const abandonGrace = 2 * time.Minute
+func (r *ClusterReconciler) abandonGrace() time.Duration {
+	return cmp.Or(r.Config.ImportAbandonGrace, 2*time.Minute)
+}
 
 // abandonImport asks the primary of a deleted cluster whose logical import
 // was not cut over to drop its subscriptions: each drops its slot on the
@@ -121,7 +132,7 @@ func (r *ClusterReconciler) abandonImport(ctx context.Context, c *tuskv1alpha1.P
 	}
 	res, err := r.askAbandonImport(ctx, c, pod)
 	switch {
-	case err != nil && time.Since(c.DeletionTimestamp.Time) < abandonGrace:
+	case err != nil && time.Since(c.DeletionTimestamp.Time) < r.abandonGrace():
 		ctrlLog(ctx).Info("Asking the primary to drop the logical import's slots on the source", "error", err.Error())
 		return true, nil
 	case err != nil:

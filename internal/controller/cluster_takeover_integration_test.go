@@ -8,7 +8,9 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
@@ -83,11 +85,8 @@ func TestLogicalImportTakesOverServices(t *testing.T) {
 	}
 
 	// The import reports its cutover done (no instance manager runs here).
-	reported := clusterWhen(t, key, nextCreating)
-	reported.Status.Import = &tuskv1alpha1.ImportStatus{Phase: tuskv1alpha1.ImportCutOver, Message: "cut over"}
-	if err := env.Client.Status().Update(ctx, reported); err != nil {
-		t.Fatal(err)
-	}
+	clusterWhen(t, key, nextCreating)
+	reportImport(t, key, tuskv1alpha1.ImportCutOver)
 	servicesSelect(t, ns, "next")
 	clusterWhen(t, client.ObjectKeyFromObject(old), func(c *tuskv1alpha1.PostgresCluster) error {
 		if c.Status.ServedBy != "next" {
@@ -149,4 +148,53 @@ func TestImportFromItselfIsRefused(t *testing.T) {
 		clusterWhen(t, client.ObjectKeyFromObject(c), failedSaying(tuskv1alpha1.ReasonImportSourceInvalid, tc.message))
 	}
 	noPods(t, ns)
+}
+
+// TestDeletedImportGoesWithoutItsPrimary: a cluster deleted while its
+// logical import follows its source asks its primary to drop the slots;
+// with no manager to answer (none runs here), it tries again for the
+// grace (3 s in these tests), then goes, with a Warning naming the SQL
+// to drop the slots on the source.
+func TestDeletedImportGoesWithoutItsPrimary(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "migrator"}, StringData: map[string]string{"password": "s3cret"}})
+	c := newCluster(ns)
+	c.Spec.Bootstrap = &tuskv1alpha1.BootstrapSpec{InitDB: &tuskv1alpha1.InitDBSpec{Import: &tuskv1alpha1.ImportSpec{
+		Source: tuskv1alpha1.ImportSource{Host: "legacy.example.com", User: "migrator", SSLMode: "require",
+			PasswordSecret: corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "migrator"}, Key: "password"}},
+		Databases: []string{"app"}, Method: importMethodLogical,
+	}}}
+	create(t, c)
+	clusterWhen(t, client.ObjectKeyFromObject(c), creating)
+	reportImport(t, client.ObjectKeyFromObject(c), tuskv1alpha1.ImportReplicating)
+	if err := env.Client.Delete(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(c), &tuskv1alpha1.PostgresCluster{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("the cluster is still there (%v)", err)
+	})
+	waitForEvent(t, ns, tuskv1alpha1.ReasonImportSlotsLeft, "pg_drop_replication_slot")
+}
+
+// reportImport writes status.import as the operator does when the
+// primary reports its import in phase (no instance manager runs here),
+// read afresh on each try: the operator writes the status too.
+func reportImport(t *testing.T, key client.ObjectKey, phase tuskv1alpha1.ImportPhase) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c := &tuskv1alpha1.PostgresCluster{}
+		if err := env.Client.Get(context.Background(), key, c); err != nil {
+			return err
+		}
+		c.Status.Import = &tuskv1alpha1.ImportStatus{Phase: phase, Message: "reported by the test"}
+		return env.Client.Status().Update(context.Background(), c)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
