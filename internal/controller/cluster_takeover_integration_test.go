@@ -176,7 +176,7 @@ func TestDeletedImportGoesWithoutItsPrimary(t *testing.T) {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return fmt.Errorf("the cluster is still there (%v)", err)
+		return fmt.Errorf("the cluster is still there (%w)", err)
 	})
 	waitForEvent(t, ns, tuskv1alpha1.ReasonImportSlotsLeft, "pg_drop_replication_slot")
 }
