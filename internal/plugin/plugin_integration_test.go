@@ -492,6 +492,10 @@ func TestUpgradeCommands(t *testing.T) {
 		t.Errorf("retry annotation %q, want the failed attempt's name", got)
 	}
 
+	if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders-app"},
+		Data: map[string][]byte{"username": []byte("app"), "password": []byte("the-app-password")}}); err != nil {
+		t.Fatal(err)
+	}
 	withLogical := current(t, c)
 	withLogical.Spec.PostgreSQL.Parameters = map[string]tuskv1alpha1.ParameterValue{"wal_level": "logical"}
 	if err := env.Client.Update(ctx, withLogical); err != nil {
@@ -510,6 +514,12 @@ func TestUpgradeCommands(t *testing.T) {
 	secret := &corev1.Secret{}
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "orders-18-import"}, secret); err != nil || len(secret.Data["password"]) < 32 {
 		t.Errorf("the import's password Secret: %v, %d bytes", err, len(secret.Data["password"]))
+	}
+	// The application's credentials, copied: orders-app goes with orders.
+	copied := &corev1.Secret{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "orders-18-app-credentials"}, copied); err != nil ||
+		string(copied.Data["password"]) != "the-app-password" || next.Spec.Bootstrap.InitDB.Secret.Name != "orders-18-app-credentials" {
+		t.Errorf("the application's credentials in the new cluster: %v, initdb.secret %+v", err, next.Spec.Bootstrap.InitDB.Secret)
 	}
 	for _, obj := range []client.Object{&tuskv1alpha1.PostgresRole{}, &tuskv1alpha1.PostgresPublication{}} {
 		name := "orders-18-import"

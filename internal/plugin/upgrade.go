@@ -107,6 +107,9 @@ func (uo *upgradeOptions) run(ctx context.Context, name string) error {
 		return uo.createAll(ctx, cl, []client.Object{restored},
 			fmt.Sprintf("Follow it with kubectl tusk status %s -n %s; it holds %s's data as of the backup %s, on %s.\n", uo.restore, ns, name, old.Status.MajorUpgrade.Backup, old.Status.MajorUpgrade.FromImage))
 	case uo.logical:
+		if err := logicalSourceReady(old); err != nil {
+			return err
+		}
 		var list tuskv1alpha1.PostgresDatabaseList
 		if err := cl.List(ctx, &list, client.InNamespace(ns)); err != nil {
 			return fmt.Errorf("while listing the PostgresDatabases: %w", err)
@@ -115,7 +118,11 @@ func (uo *upgradeOptions) run(ctx context.Context, name string) error {
 		if err != nil {
 			return err
 		}
-		objs, err := logicalUpgradeObjects(old, list.Items, uo.image, uo.name, uo.dbs, password)
+		app, err := appCredentials(ctx, cl, old)
+		if err != nil {
+			return err
+		}
+		objs, err := logicalUpgradeObjects(old, list.Items, uo.image, uo.name, uo.dbs, password, app)
 		if err != nil {
 			return err
 		}
@@ -185,9 +192,15 @@ func (uo *upgradeOptions) createAll(ctx context.Context, cl client.Client, objs 
 // each database, and the new cluster, which names old as its import's
 // source cluster. Its spec is old's but for the image, the bootstrap and
 // the backups (two clusters archiving to one place would mix their WAL).
-func logicalUpgradeObjects(old *tuskv1alpha1.PostgresCluster, databases []tuskv1alpha1.PostgresDatabase, image, name string, only []string, password string) ([]client.Object, error) {
-	if old.Spec.PostgreSQL.Parameters["wal_level"] != "logical" {
-		return nil, fmt.Errorf("%s needs wal_level logical for a logical upgrade: set spec.postgresql.parameters.wal_level: logical (it restarts the cluster), then run this again", old.Name)
+//
+// The application keeps its credentials: the new cluster names the
+// old one's initdb Secret when it is the user's, or else a copy of the
+// old cluster's <old>-app (app: its username and password), which is the
+// old cluster's own and goes when it is deleted.
+func logicalUpgradeObjects(old *tuskv1alpha1.PostgresCluster, databases []tuskv1alpha1.PostgresDatabase, image, name string, only []string,
+	password string, app map[string][]byte) ([]client.Object, error) {
+	if err := logicalSourceReady(old); err != nil {
+		return nil, err
 	}
 	if name == "" {
 		major := regexp.MustCompile(`:(\d+)`).FindStringSubmatch(image)
@@ -221,10 +234,13 @@ func logicalUpgradeObjects(old *tuskv1alpha1.PostgresCluster, databases []tuskv1
 	if b := old.Spec.Bootstrap; b != nil && b.InitDB != nil {
 		initdb.Database, initdb.Owner = b.InitDB.Database, b.InitDB.Owner
 	}
-	// The application keeps its credentials.
-	initdb.Secret = &corev1.LocalObjectReference{Name: old.Name + "-app"}
 	if b := old.Spec.Bootstrap; b != nil && b.InitDB != nil && b.InitDB.Secret != nil {
 		initdb.Secret = b.InitDB.Secret
+	} else {
+		copied := name + "-app-credentials"
+		objs = append([]client.Object{&corev1.Secret{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}, ObjectMeta: meta(copied),
+			Data: map[string][]byte{"username": app["username"], "password": app["password"]}}}, objs...)
+		initdb.Secret = &corev1.LocalObjectReference{Name: copied}
 	}
 	initdb.Import = &tuskv1alpha1.ImportSpec{
 		Source: tuskv1alpha1.ImportSource{Cluster: old.Name, User: importRole,
@@ -233,6 +249,30 @@ func logicalUpgradeObjects(old *tuskv1alpha1.PostgresCluster, databases []tuskv1
 	}
 	spec.Bootstrap = &tuskv1alpha1.BootstrapSpec{InitDB: &initdb}
 	return append(objs, &tuskv1alpha1.PostgresCluster{TypeMeta: typeMeta("PostgresCluster"), ObjectMeta: meta(name), Spec: spec}), nil
+}
+
+// logicalSourceReady refuses a source cluster without wal_level logical.
+func logicalSourceReady(old *tuskv1alpha1.PostgresCluster) error {
+	if old.Spec.PostgreSQL.Parameters["wal_level"] != "logical" {
+		return fmt.Errorf("%s needs wal_level logical for a logical upgrade: set spec.postgresql.parameters.wal_level: logical (it restarts the cluster), then run this again", old.Name)
+	}
+	return nil
+}
+
+// appCredentials reads the old cluster's own application Secret, when the
+// new cluster needs a copy of it (no initdb Secret of the user's).
+func appCredentials(ctx context.Context, cl client.Client, old *tuskv1alpha1.PostgresCluster) (map[string][]byte, error) {
+	if b := old.Spec.Bootstrap; b != nil && b.InitDB != nil && b.InitDB.Secret != nil {
+		return nil, nil
+	}
+	secret := &corev1.Secret{}
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: old.Namespace, Name: old.Name + "-app"}, secret); err != nil {
+		return nil, fmt.Errorf("while reading the application's credentials, to keep them in the new cluster: %w", err)
+	}
+	if len(secret.Data["username"]) == 0 || len(secret.Data["password"]) == 0 {
+		return nil, fmt.Errorf("the Secret %s-app has no username or password to keep in the new cluster", old.Name)
+	}
+	return secret.Data, nil
 }
 
 // upgradeDatabases are the databases a logical upgrade moves (only, or

@@ -34,7 +34,8 @@ func logicalSource() (*tuskv1alpha1.PostgresCluster, []tuskv1alpha1.PostgresData
 // bootstrap and backups.
 func TestLogicalUpgradeObjectsGolden(t *testing.T) {
 	c, dbs := logicalSource()
-	objs, err := logicalUpgradeObjects(c, dbs, "tusk/postgres:18", "", nil, "not-a-real-password")
+	objs, err := logicalUpgradeObjects(c, dbs, "tusk/postgres:18", "", nil, "not-a-real-password",
+		map[string][]byte{"username": []byte("app"), "password": []byte("not-the-app-password")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,15 +50,15 @@ func TestLogicalUpgradeObjectsGolden(t *testing.T) {
 // major and no --name, is refused with what to do.
 func TestLogicalUpgradeRefusals(t *testing.T) {
 	c, dbs := logicalSource()
-	if _, err := logicalUpgradeObjects(c, dbs, "tusk/postgres:latest", "", nil, "pw"); err == nil || !strings.Contains(err.Error(), "--name") {
+	if _, err := logicalUpgradeObjects(c, dbs, "tusk/postgres:latest", "", nil, "pw", nil); err == nil || !strings.Contains(err.Error(), "--name") {
 		t.Errorf("an image without a major in its tag: %v, want a request for --name", err)
 	}
-	objs, err := logicalUpgradeObjects(c, dbs, "tusk/postgres:latest", "orders-next", []string{"app"}, "pw")
-	if err != nil || objs[len(objs)-1].GetName() != "orders-next" || len(objs) != 4 {
+	objs, err := logicalUpgradeObjects(c, dbs, "tusk/postgres:latest", "orders-next", []string{"app"}, "pw", nil)
+	if err != nil || objs[len(objs)-1].GetName() != "orders-next" || len(objs) != 5 {
 		t.Errorf("--name orders-next --databases app: %d objects, %v", len(objs), err)
 	}
 	delete(c.Spec.PostgreSQL.Parameters, "wal_level")
-	if _, err := logicalUpgradeObjects(c, dbs, "tusk/postgres:18", "", nil, "pw"); err == nil || !strings.Contains(err.Error(), "wal_level: logical") {
+	if _, err := logicalUpgradeObjects(c, dbs, "tusk/postgres:18", "", nil, "pw", nil); err == nil || !strings.Contains(err.Error(), "wal_level: logical") {
 		t.Errorf("without wal_level logical: %v, want the setting named", err)
 	}
 }
