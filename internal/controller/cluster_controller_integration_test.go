@@ -117,6 +117,19 @@ func creating(c *tuskv1alpha1.PostgresCluster) error {
 		condition(c, tuskv1alpha1.ConditionProgressing, metav1.ConditionTrue, tuskv1alpha1.ReasonCreating))
 }
 
+// waitClusterGone waits until the deleted cluster is gone, finalizer and
+// all.
+func waitClusterGone(t *testing.T, c *tuskv1alpha1.PostgresCluster) {
+	t.Helper()
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(c), &tuskv1alpha1.PostgresCluster{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("the cluster is still there (%w)", err)
+	})
+}
+
 func get[T client.Object](t *testing.T, ns, name string, obj T) T {
 	t.Helper()
 	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
@@ -547,13 +560,7 @@ func TestDeletionFollowsReclaimPolicy(t *testing.T) {
 			if err := env.Client.Delete(ctx, cluster); err != nil {
 				t.Fatal(err)
 			}
-			testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
-				err := env.Client.Get(ctx, client.ObjectKeyFromObject(cluster), &tuskv1alpha1.PostgresCluster{})
-				if apierrors.IsNotFound(err) {
-					return nil
-				}
-				return fmt.Errorf("the cluster is still there (%w)", err)
-			})
+			waitClusterGone(t, cluster)
 			after := &corev1.PersistentVolumeClaim{}
 			err := env.Client.Get(ctx, client.ObjectKeyFromObject(pvc), after)
 			switch {

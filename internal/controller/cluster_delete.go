@@ -3,7 +3,6 @@ package controller
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -97,9 +96,6 @@ func keptFor(existing, owner client.Object) bool {
 		existing.GetLabels()[LabelCluster] == owner.GetName()
 }
 
-// errNoPrimary: the cluster never had a primary.
-var errNoPrimary = errors.New("no primary")
-
 // abandonGrace is how long a deleted cluster with a logical import not cut
 // over waits for its primary to drop the import's slots on the source.
 func (r *ClusterReconciler) abandonGrace() time.Duration {
@@ -116,15 +112,11 @@ func (r *ClusterReconciler) abandonImport(ctx context.Context, c *tuskv1alpha1.P
 	if !logicalImport(c) || (c.Status.Import != nil && c.Status.Import.Phase == tuskv1alpha1.ImportCutOver) {
 		return false, nil
 	}
-	pod := &corev1.Pod{}
-	err = errNoPrimary
-	if c.Status.CurrentPrimary != "" {
-		err = r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Status.CurrentPrimary}, pod)
-	}
+	pod, err := r.primaryPod(ctx, c)
 	if err != nil {
-		if !apierrors.IsNotFound(err) && !errors.Is(err, errNoPrimary) {
-			return false, err
-		}
+		return false, err
+	}
+	if pod == nil {
 		if c.Status.Import != nil { // it followed the source: slots are there
 			r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonImportSlotsLeft, "Delete", "%s", slotsLeftHint("the primary's pod is gone"))
 		}
@@ -145,6 +137,20 @@ func (r *ClusterReconciler) abandonImport(ctx context.Context, c *tuskv1alpha1.P
 			"Dropped the logical import's subscriptions and their slots %v on the source", res.Dropped)
 	}
 	return false, nil
+}
+
+// primaryPod is the pod of the cluster's current primary, nil when there
+// is none.
+func (r *ClusterReconciler) primaryPod(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (*corev1.Pod, error) {
+	if c.Status.CurrentPrimary == "" {
+		return nil, nil
+	}
+	pod := &corev1.Pod{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Status.CurrentPrimary}, pod)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return pod, err
 }
 
 func slotsLeftHint(why string) string {

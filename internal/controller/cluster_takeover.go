@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -32,7 +31,7 @@ func takesOverFrom(c *tuskv1alpha1.PostgresCluster) *tuskv1alpha1.PostgresCluste
 	if !logicalImport(c) || initDB(c).Import.Source.Cluster == "" {
 		return nil
 	}
-	return &tuskv1alpha1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Name: initDB(c).Import.Source.Cluster, Namespace: c.Namespace}}
+	return siblingCluster(c, initDB(c).Import.Source.Cluster)
 }
 
 // servedBy picks, among the clusters of c's namespace, the one c's

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,12 +36,7 @@ func TestLogicalImportTakesOverServices(t *testing.T) {
 	next := newCluster(ns)
 	next.Name = "next"
 	next.Spec.Instances = 1
-	next.Spec.Bootstrap = &tuskv1alpha1.BootstrapSpec{InitDB: &tuskv1alpha1.InitDBSpec{Import: &tuskv1alpha1.ImportSpec{
-		Source: tuskv1alpha1.ImportSource{Cluster: "pg", User: "migrator",
-			PasswordSecret: corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "migrator"}, Key: "password"}},
-		Databases: []string{"app"},
-		Method:    importMethodLogical,
-	}}}
+	next.Spec.Bootstrap = migratorImport(tuskv1alpha1.ImportSource{Cluster: "pg"}, importMethodLogical)
 	create(t, next)
 	key := client.ObjectKeyFromObject(next)
 	nextCreating := func(c *tuskv1alpha1.PostgresCluster) error {
@@ -139,11 +133,7 @@ func TestImportFromItselfIsRefused(t *testing.T) {
 	} {
 		c := newCluster(ns)
 		c.Name = tc.name
-		c.Spec.Bootstrap = &tuskv1alpha1.BootstrapSpec{InitDB: &tuskv1alpha1.InitDBSpec{Import: &tuskv1alpha1.ImportSpec{
-			Source: tuskv1alpha1.ImportSource{Cluster: tc.source, User: "migrator",
-				PasswordSecret: corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "migrator"}, Key: "password"}},
-			Databases: []string{"app"},
-		}}}
+		c.Spec.Bootstrap = migratorImport(tuskv1alpha1.ImportSource{Cluster: tc.source}, "")
 		create(t, c)
 		clusterWhen(t, client.ObjectKeyFromObject(c), failedSaying(tuskv1alpha1.ReasonImportSourceInvalid, tc.message))
 	}
@@ -160,24 +150,14 @@ func TestDeletedImportGoesWithoutItsPrimary(t *testing.T) {
 	ns := newNamespace(t)
 	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "migrator"}, StringData: map[string]string{"password": "s3cret"}})
 	c := newCluster(ns)
-	c.Spec.Bootstrap = &tuskv1alpha1.BootstrapSpec{InitDB: &tuskv1alpha1.InitDBSpec{Import: &tuskv1alpha1.ImportSpec{
-		Source: tuskv1alpha1.ImportSource{Host: "legacy.example.com", User: "migrator", SSLMode: "require",
-			PasswordSecret: corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "migrator"}, Key: "password"}},
-		Databases: []string{"app"}, Method: importMethodLogical,
-	}}}
+	c.Spec.Bootstrap = migratorImport(tuskv1alpha1.ImportSource{Host: "legacy.example.com", SSLMode: "require"}, importMethodLogical)
 	create(t, c)
 	clusterWhen(t, client.ObjectKeyFromObject(c), creating)
 	reportImport(t, client.ObjectKeyFromObject(c), tuskv1alpha1.ImportReplicating)
 	if err := env.Client.Delete(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(c), &tuskv1alpha1.PostgresCluster{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("the cluster is still there (%w)", err)
-	})
+	waitClusterGone(t, c)
 	waitForEvent(t, ns, tuskv1alpha1.ReasonImportSlotsLeft, "pg_drop_replication_slot")
 }
 
@@ -197,4 +177,14 @@ func reportImport(t *testing.T, key client.ObjectKey, phase tuskv1alpha1.ImportP
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// migratorImport is a bootstrap importing the database app from source as
+// migrator, whose password is the Secret migrator's.
+func migratorImport(source tuskv1alpha1.ImportSource, method string) *tuskv1alpha1.BootstrapSpec {
+	source.User = "migrator"
+	source.PasswordSecret = corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "migrator"}, Key: "password"}
+	return &tuskv1alpha1.BootstrapSpec{InitDB: &tuskv1alpha1.InitDBSpec{Import: &tuskv1alpha1.ImportSpec{
+		Source: source, Databases: []string{"app"}, Method: method,
+	}}}
 }

@@ -195,6 +195,12 @@ func (r *ClusterReconciler) startMajorUpgrade(ctx context.Context, c *tuskv1alph
 	if primary == nil || !primary.ready() || c.Status.TargetPrimary != c.Status.CurrentPrimary || reportedMajor(primary.status) != from {
 		return false, nil
 	}
+	// The checks a serving primary can answer come first: refused, the
+	// attempt ends Failed before anything stopped.
+	problem, err := onlinePrecheck(ctx, ic, primary)
+	if err != nil {
+		return false, err
+	}
 	mode := "link"
 	if c.Spec.Upgrade != nil && c.Spec.Upgrade.Mode != "" {
 		mode = c.Spec.Upgrade.Mode
@@ -206,22 +212,15 @@ func (r *ClusterReconciler) startMajorUpgrade(ctx context.Context, c *tuskv1alph
 		Phase: tuskv1alpha1.MajorUpgradeStoppingReplicas, StartedAt: now,
 		Message: "Stopping the replicas; their volumes stay until the upgrade is committed",
 	}
+	if problem != "" {
+		// It runs again by the retry annotation or a new image.
+		return false, r.setUpgradePhase(ctx, c, tuskv1alpha1.MajorUpgradeFailed,
+			"The upgrade was refused before anything stopped: "+problem+"; the cluster runs "+c.Status.MajorUpgrade.FromImage+" as before")
+	}
 	if c.Spec.Backup != nil {
 		u := c.Status.MajorUpgrade
 		u.Phase, u.Backup = tuskv1alpha1.MajorUpgradeBackingUp, c.Name+"-pre-upgrade-"+u.Attempt
 		u.Message = "Taking the backup " + u.Backup + ": after the new server's first write, it is the way back"
-	}
-	problem, err := onlinePrecheck(ctx, ic, primary)
-	if err != nil {
-		c.Status.MajorUpgrade = nil
-		return false, err
-	}
-	if problem != "" {
-		// Refused while everything serves: the attempt ends as Failed,
-		// and runs again by the retry annotation or a new image.
-		c.Status.MajorUpgrade.Backup = ""
-		return false, r.setUpgradePhase(ctx, c, tuskv1alpha1.MajorUpgradeFailed,
-			"The upgrade was refused before anything stopped: "+problem+"; the cluster runs "+c.Status.MajorUpgrade.FromImage+" as before")
 	}
 	if err := r.writeStatus(ctx, c); err != nil {
 		c.Status.MajorUpgrade = nil

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 	"tusk.dev/tusk/internal/instanceapi"
 )
@@ -67,6 +69,12 @@ func caConfigMapName(c *tuskv1alpha1.PostgresCluster) string     { return c.Name
 func configConfigMapName(c *tuskv1alpha1.PostgresCluster) string { return c.Name + "-config" }
 
 // clusterLabels select every object of a cluster.
+// siblingCluster is the cluster name of c's namespace, as far as its
+// names (Services, CA) go: enough to name another cluster's objects.
+func siblingCluster(c *tuskv1alpha1.PostgresCluster, name string) *tuskv1alpha1.PostgresCluster {
+	return &tuskv1alpha1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace}}
+}
+
 func clusterLabels(c *tuskv1alpha1.PostgresCluster) map[string]string {
 	return map[string]string{LabelCluster: c.Name}
 }

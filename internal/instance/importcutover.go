@@ -240,13 +240,12 @@ func stopSourceWrites(ctx context.Context, c cutoverDB) (string, error) {
 // made so far, and makes sure the source's WAL is flushed up to it: a
 // logical message committed in a transaction of the import's own
 // (synchronously, past the database's read-only default). The walsender
-// decodes flushed WAL only, so a position read with
-// pg_current_wal_insert_lsn() on a source that writes nothing more (it is
-// read-only now) could stay beyond its reach, and the subscriber's
-// confirmation short of it, until something else flushed the WAL:
-// cutovers took up to 9 s waiting for that. A user allowed to make no
-// logical message (PostgreSQL asks for REPLICATION, which the import's
-// user has) falls back to the insert position.
+// decodes flushed WAL only, and a position read with
+// pg_current_wal_insert_lsn() may lie past the flushed WAL of a source
+// that, read-only now, writes nothing that would flush it. (Slow cutovers
+// seen in e2e turned out to be the subscriber's lag, not this.) A user
+// allowed to make no logical message (PostgreSQL asks for REPLICATION,
+// which the import's user has) falls back to the insert position.
 func markSourceEnd(ctx context.Context, c cutoverDB) (string, error) {
 	var end string
 	err := pgx.BeginTxFunc(ctx, c.source, pgx.TxOptions{AccessMode: pgx.ReadWrite}, func(tx pgx.Tx) error {

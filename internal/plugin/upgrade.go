@@ -179,7 +179,7 @@ func (uo *upgradeOptions) createAll(ctx context.Context, cl client.Client, objs 
 	}
 	for _, o := range objs {
 		if err := cl.Create(ctx, o); err != nil {
-			return fmt.Errorf("while creating %T %s: %w", o, o.GetName(), err)
+			return fmt.Errorf("while creating %s %s: %w", kindOf(o), o.GetName(), err)
 		}
 		fmt.Fprintf(uo.streams.Out, "Created %s %s\n", kindOf(o), o.GetName())
 	}
@@ -188,7 +188,8 @@ func (uo *upgradeOptions) createAll(ctx context.Context, cl client.Client, objs 
 }
 
 // logicalUpgradeObjects are what a logical upgrade of old creates, in
-// order: the import role's password Secret, the role, a publication in
+// order: the copy of the application's credentials (below), the import
+// role's password Secret, the role, a publication in
 // each database, and the new cluster, which names old as its import's
 // source cluster. Its spec is old's but for the image, the bootstrap and
 // the backups (two clusters archiving to one place would mix their WAL).
@@ -199,9 +200,6 @@ func (uo *upgradeOptions) createAll(ctx context.Context, cl client.Client, objs 
 // old cluster's own and goes when it is deleted.
 func logicalUpgradeObjects(old *tuskv1alpha1.PostgresCluster, databases []tuskv1alpha1.PostgresDatabase, image, name string, only []string,
 	password string, app map[string][]byte) ([]client.Object, error) {
-	if err := logicalSourceReady(old); err != nil {
-		return nil, err
-	}
 	if name == "" {
 		major := regexp.MustCompile(`:(\d+)`).FindStringSubmatch(image)
 		if major == nil {

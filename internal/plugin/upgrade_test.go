@@ -58,7 +58,7 @@ func TestLogicalUpgradeRefusals(t *testing.T) {
 		t.Errorf("--name orders-next --databases app: %d objects, %v", len(objs), err)
 	}
 	delete(c.Spec.PostgreSQL.Parameters, "wal_level")
-	if _, err := logicalUpgradeObjects(c, dbs, "tusk/postgres:18", "", nil, "pw", nil); err == nil || !strings.Contains(err.Error(), "wal_level: logical") {
+	if err := logicalSourceReady(c); err == nil || !strings.Contains(err.Error(), "wal_level: logical") {
 		t.Errorf("without wal_level logical: %v, want the setting named", err)
 	}
 }

@@ -29,12 +29,7 @@ import (
 // clients saw it.
 func TestLogicalUpgradeUnderWrites(t *testing.T) {
 	ns := newNamespace(t)
-	old := newCluster(ns, "orders", 1)
-	old.Spec.PostgreSQL.Synchronous = tuskv1alpha1.SynchronousSpec{Mode: tuskv1alpha1.SynchronousOff}
-	old.Spec.PostgreSQL.Parameters = map[string]tuskv1alpha1.ParameterValue{"wal_level": "logical"}
-	createCluster(t, old, "")
-	waitHealthy(t, ns, "orders", 1, 3*time.Minute)
-	oldPrimary := mustGetCluster(t, ns, "orders").Status.CurrentPrimary
+	oldPrimary := createLogicalSource(t, ns, "orders")
 	instanceSQL(t, ns, "orders", oldPrimary, `CREATE TABLE items (id bigserial PRIMARY KEY, note text NOT NULL);
 INSERT INTO items (note) SELECT 'item ' || g FROM generate_series(1, 2000) g`)
 	// An application's pace: unpaced, the writer's 8 clients commit
@@ -124,12 +119,7 @@ INSERT INTO items (note) SELECT 'item ' || g FROM generate_series(1, 2000) g`)
 // otherwise keep the source's WAL without end (Event ImportAbandoned).
 func TestDeletedImportDropsItsSlot(t *testing.T) {
 	ns := newNamespace(t)
-	src := newCluster(ns, "src", 1)
-	src.Spec.PostgreSQL.Synchronous = tuskv1alpha1.SynchronousSpec{Mode: tuskv1alpha1.SynchronousOff}
-	src.Spec.PostgreSQL.Parameters = map[string]tuskv1alpha1.ParameterValue{"wal_level": "logical"}
-	createCluster(t, src, "")
-	waitHealthy(t, ns, "src", 1, 3*time.Minute)
-	srcPrimary := mustGetCluster(t, ns, "src").Status.CurrentPrimary
+	srcPrimary := createLogicalSource(t, ns, "src")
 	instanceSQL(t, ns, "src", srcPrimary, `CREATE ROLE migrator LOGIN REPLICATION PASSWORD 'migrate-me' IN ROLE app, pg_signal_backend, pg_read_all_data;
 CREATE PUBLICATION tusk_import FOR ALL TABLES;
 CREATE TABLE items (id bigserial PRIMARY KEY, note text NOT NULL)`)
@@ -171,4 +161,17 @@ func startPacedWorkload(t *testing.T, ns, cluster string, pace time.Duration) *w
 	writer := &pod.Spec.Containers[0]
 	writer.Command = append(writer.Command, "--interval", pace.String())
 	return startWorkloadPod(t, ns, cluster, pod)
+}
+
+// createLogicalSource creates a healthy 1-instance PostgreSQL 15 cluster
+// with wal_level logical, the source of a logical import, and returns its
+// primary.
+func createLogicalSource(t *testing.T, ns, name string) string {
+	t.Helper()
+	src := newCluster(ns, name, 1)
+	src.Spec.PostgreSQL.Synchronous = tuskv1alpha1.SynchronousSpec{Mode: tuskv1alpha1.SynchronousOff}
+	src.Spec.PostgreSQL.Parameters = map[string]tuskv1alpha1.ParameterValue{"wal_level": "logical"}
+	createCluster(t, src, "")
+	waitHealthy(t, ns, name, 1, 3*time.Minute)
+	return mustGetCluster(t, ns, name).Status.CurrentPrimary
 }
