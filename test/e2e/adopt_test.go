@@ -31,6 +31,7 @@ func TestRecreatedClusterAdoptsTheMostAdvancedData(t *testing.T) {
 	insertRows(t, ns, name, 1, 100)
 	promote(t, ns, name, last)
 	waitHealthy(t, ns, name, 3, clusterChangeTimeout)
+	waitRWRoutesTo(t, ns, name, last)
 	waitRowsEverywhere(t, ns, name, 100)
 	setFencedAnnotation(t, ns, name, lagging)
 	waitEvent(t, ns, tuskv1alpha1.ReasonFenced, lagging)

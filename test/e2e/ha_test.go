@@ -59,6 +59,35 @@ func promote(t *testing.T, ns, cluster, instance string) {
 	t.Logf("kubectl tusk promote %s %s:\n%s", cluster, instance, out.String())
 }
 
+// waitRWRoutesTo waits until a new connection through the cluster's -rw
+// Service reaches instance as a primary, and logs how long that took. The
+// switchover is done when the status says so, but kube-proxy follows the
+// moved label in its own time (it syncs at most once a second): until
+// then, a connection can still be sent to the stepped-down primary while
+// it restarts as a replica, and be refused. A test that writes through
+// -rw right after promote needs this; a client in production sees the
+// same second of refused connections (TestSwitchoverUnderLoad measures it).
+func waitRWRoutesTo(t *testing.T, ns, cluster, instance string) {
+	t.Helper()
+	pod, err := clientset.CoreV1().Pods(ns).Get(context.Background(), instance, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	failed := 0
+	eventuallyEvery(t, time.Minute, 200*time.Millisecond, cluster+"-rw to reach the primary "+instance,
+		func(ctx context.Context) (bool, error) {
+			out, err := tryPSQL(ctx, ns, cluster+"-rw", "SELECT host(inet_server_addr()) || ' ' || pg_is_in_recovery()")
+			if err != nil || out != pod.Status.PodIP+" false" {
+				failed++
+				return false, nil
+			}
+			return true, nil
+		})
+	t.Logf("%s-rw reached the primary %s %.1fs after the switchover, after %d connections that did not",
+		cluster, instance, time.Since(start).Seconds(), failed)
+}
+
 // ordinaryGapBound is a generous bound on the ordinary client's write gap
 // in the e2e tests: before the handover, a deleted primary stranded it for
 // 72 to 135 s (SYN retries to a vanished pod's address). The target (2 s

@@ -51,6 +51,7 @@ func TestEveryMajor(t *testing.T) {
 				t.Fatalf("after promoting %s the primary is %s", replica, after)
 			}
 			waitHealthy(t, ns, name, 2, 2*time.Minute)
+			waitRWRoutesTo(t, ns, name, replica)
 			insertRows(t, ns, name, 101, 200)
 			waitRowsEverywhere(t, ns, name, 200)
 		})

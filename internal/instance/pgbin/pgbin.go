@@ -135,17 +135,25 @@ func complete(dir string) error {
 
 // MajorVersion runs `postgres --version` in binDir and returns the major
 // version, such as 15 for "postgres (PostgreSQL) 15.18 (Debian ...)".
+//
+// It starts a child it waits for itself: only for a process that does not
+// reap orphans. Once the instance manager's reaper runs (PID 1), a child
+// started this way can be reaped before it is waited for ("waitid: no
+// child processes"); the manager runs `postgres --version` through its
+// reaper and reads the answer with ParseMajorVersion.
 func MajorVersion(binDir string) (int, error) {
 	out, err := exec.Command(filepath.Join(binDir, "postgres"), "--version").Output() //nolint:gosec // the server found by Find
 	if err != nil {
 		return 0, fmt.Errorf("while asking postgres for its version: %w", err)
 	}
-	return parseMajorVersion(string(out))
+	return ParseMajorVersion(string(out))
 }
 
 var versionPattern = regexp.MustCompile(`\(PostgreSQL\) (\d+)`)
 
-func parseMajorVersion(s string) (int, error) {
+// ParseMajorVersion reads the major version from the output of
+// `postgres --version`.
+func ParseMajorVersion(s string) (int, error) {
 	m := versionPattern.FindStringSubmatch(s)
 	if m == nil {
 		return 0, fmt.Errorf("cannot read a PostgreSQL version from %q", strings.TrimSpace(s))

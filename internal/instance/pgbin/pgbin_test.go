@@ -89,11 +89,11 @@ func TestParseMajorVersion(t *testing.T) {
 		"postgres (PostgreSQL) 17.2":                             17,
 		"postgres (PostgreSQL) 18beta1":                          18,
 	} {
-		if got, err := parseMajorVersion(in); err != nil || got != want {
-			t.Errorf("parseMajorVersion(%q) = %d, %v; want %d", in, got, err, want)
+		if got, err := ParseMajorVersion(in); err != nil || got != want {
+			t.Errorf("ParseMajorVersion(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	if _, err := parseMajorVersion("not postgres"); err == nil {
+	if _, err := ParseMajorVersion("not postgres"); err == nil {
 		t.Error("parsed a version out of nothing")
 	}
 }

@@ -62,7 +62,7 @@ type oldCluster struct {
 // check runs the pre-checks and pg_upgrade --check, leaving the new data
 // directory initialised beside the old one.
 func (p *Plan) check(ctx context.Context) (State, error) {
-	from, to, err := p.majors()
+	from, to, err := p.majors(ctx)
 	if err != nil {
 		return State{}, err
 	}
@@ -92,7 +92,7 @@ func (p *Plan) check(ctx context.Context) (State, error) {
 }
 
 // majors reads the data directory's major and the two programs' majors.
-func (p *Plan) majors() (from, to int, err error) {
+func (p *Plan) majors(ctx context.Context) (from, to int, err error) {
 	version, err := os.ReadFile(filepath.Join(p.DataDir, "PG_VERSION"))
 	if err != nil {
 		return 0, 0, fmt.Errorf("%s is not a PostgreSQL data directory: %w", p.DataDir, err)
@@ -101,11 +101,11 @@ func (p *Plan) majors() (from, to int, err error) {
 	if err != nil {
 		return 0, 0, fmt.Errorf("cannot read PG_VERSION of %s: %w", p.DataDir, err)
 	}
-	oldMajor, err := pgbin.MajorVersion(p.OldBinDir)
+	oldMajor, err := p.programMajor(ctx, p.OldBinDir)
 	if err != nil {
 		return 0, 0, fmt.Errorf("the old server's programs in %s do not run here: %w", p.OldBinDir, err)
 	}
-	to, err = pgbin.MajorVersion(p.NewBinDir)
+	to, err = p.programMajor(ctx, p.NewBinDir)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -121,6 +121,18 @@ func (p *Plan) majors() (from, to int, err error) {
 		}
 	}
 	return from, to, nil
+}
+
+// programMajor asks the server in binDir for its major version through
+// p.Run, as every child of the upgrade is started: in the instance manager,
+// a child started any other way can be reaped by its reaper before it is
+// waited for.
+func (p *Plan) programMajor(ctx context.Context, binDir string) (int, error) {
+	out, err := p.Run(ctx, filepath.Dir(p.DataDir), nil, filepath.Join(binDir, "postgres"), "--version")
+	if err != nil {
+		return 0, fmt.Errorf("while asking postgres for its version: %w", err)
+	}
+	return pgbin.ParseMajorVersion(out)
 }
 
 // inspectOld starts the old server privately (which also finishes a crash
@@ -216,7 +228,10 @@ func (p *Plan) checkExtensions(ctx context.Context, conn *pgx.Conn) error {
 	if err := collect(ctx, conn, &databases, `SELECT datname FROM pg_database WHERE datallowconn ORDER BY datname`); err != nil {
 		return err
 	}
-	shareDir := p.newShareDir()
+	shareDir, err := p.newShareDir(ctx)
+	if err != nil {
+		return err
+	}
 	var missing []string
 	for _, db := range databases {
 		dbConn, err := p.connect(ctx, db)
@@ -243,8 +258,11 @@ func (p *Plan) checkExtensions(ctx context.Context, conn *pgx.Conn) error {
 
 // newShareDir is the new server's share directory (extension control
 // files), by the same layouts CopyServer knows.
-func (p *Plan) newShareDir() string {
-	major, _ := pgbin.MajorVersion(p.NewBinDir)
+func (p *Plan) newShareDir(ctx context.Context) (string, error) {
+	major, err := p.programMajor(ctx, p.NewBinDir)
+	if err != nil {
+		return "", err
+	}
 	binDir := p.NewBinDir
 	if server, err := filepath.EvalSymlinks(filepath.Join(p.NewBinDir, "postgres")); err == nil {
 		binDir = filepath.Dir(server)
@@ -252,10 +270,10 @@ func (p *Plan) newShareDir() string {
 	dirs := serverDirs(binDir, major)
 	for i := len(dirs) - 1; i >= 0; i-- {
 		if _, err := os.Stat(filepath.Join(dirs[i], "extension")); err == nil {
-			return dirs[i]
+			return dirs[i], nil
 		}
 	}
-	return filepath.Join(filepath.Dir(p.NewBinDir), "share")
+	return filepath.Join(filepath.Dir(p.NewBinDir), "share"), nil
 }
 
 func collect(ctx context.Context, conn *pgx.Conn, out *[]string, query string) error {
