@@ -36,7 +36,7 @@ type Runner interface {
 
 type execRunner struct{}
 
-func (execRunner) Start(cmd *exec.Cmd) error { return cmd.Start() }
+func (execRunner) Start(cmd *exec.Cmd) error { return cmd.Start() } //nolint:forbidigo // the runner of a process without a reaper
 func (execRunner) Wait(cmd *exec.Cmd) error  { return cmd.Wait() }
 
 // Options say what to back up where.

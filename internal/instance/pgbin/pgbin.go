@@ -91,7 +91,7 @@ func (f Finder) candidates() []candidate {
 }
 
 func pgConfigBindir() (string, error) {
-	out, err := exec.Command("pg_config", "--bindir").Output()
+	out, err := exec.Command("pg_config", "--bindir").Output() //nolint:forbidigo // before the manager's reaper runs (Find)
 	if err != nil {
 		return "", err
 	}
@@ -142,7 +142,7 @@ func complete(dir string) error {
 // child processes"); the manager runs `postgres --version` through its
 // reaper and reads the answer with ParseMajorVersion.
 func MajorVersion(binDir string) (int, error) {
-	out, err := exec.Command(filepath.Join(binDir, "postgres"), "--version").Output() //nolint:gosec // the server found by Find
+	out, err := exec.Command(filepath.Join(binDir, "postgres"), "--version").Output() //nolint:gosec,forbidigo // the server found by Find; not for the manager once its reaper runs
 	if err != nil {
 		return 0, fmt.Errorf("while asking postgres for its version: %w", err)
 	}

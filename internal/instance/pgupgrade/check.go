@@ -28,7 +28,7 @@ func RunCommand(ctx context.Context, dir string, env []string, program string, a
 	cmd := exec.CommandContext(ctx, program, args...) //nolint:gosec // PostgreSQL's own programs
 	cmd.Dir = dir
 	cmd.Env = append(CleanEnv(), env...)
-	out, err := cmd.CombinedOutput()
+	out, err := cmd.CombinedOutput() //nolint:forbidigo // RunCommand is for a process without a reaper
 	if err != nil {
 		return string(out), fmt.Errorf("%s failed (%w): %s", filepath.Base(program), err, lastLines(string(out), 5))
 	}
