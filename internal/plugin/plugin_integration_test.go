@@ -279,6 +279,7 @@ func TestPromoteWaitsForTheSwitchover(t *testing.T) {
 		"primary orders-2",
 		"Ready=True (ClusterReady)",
 		"Done: orders-2 is the primary of orders, and the cluster is Ready",
+		"New connections through orders-rw reach it once kube-proxy follows",
 	} {
 		i := strings.Index(rest, want)
 		if i < 0 {

@@ -38,6 +38,10 @@ func waitForSwitchover(ctx context.Context, cl client.Client, key client.ObjectK
 			done, err := switchoverDone(c, instance)
 			if done {
 				fmt.Fprintf(w, "Done: %s is the primary of %s, and the cluster is Ready (%.0fs).\n", instance, key.Name, time.Since(start).Seconds())
+				// The status cannot see kube-proxy, which follows the moved
+				// label in its own time: say so rather than let a client
+				// that connects at once be surprised.
+				fmt.Fprintf(w, "New connections through %s-rw reach it once kube-proxy follows, usually within a second or two.\n", key.Name)
 			}
 			if done || err != nil {
 				return err
