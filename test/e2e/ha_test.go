@@ -10,6 +10,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -78,9 +79,12 @@ func waitRWRoutesTo(t *testing.T, ns, cluster, instance string) {
 	eventuallyEvery(t, time.Minute, 200*time.Millisecond, cluster+"-rw to reach the primary "+instance,
 		func(ctx context.Context) (bool, error) {
 			out, err := tryPSQL(ctx, ns, cluster+"-rw", "SELECT host(inet_server_addr()) || ' ' || pg_is_in_recovery()")
-			if err != nil || out != pod.Status.PodIP+" false" {
+			if err == nil && out != pod.Status.PodIP+" false" {
+				err = fmt.Errorf("reached %q (address, in recovery), want %s, false", out, pod.Status.PodIP)
+			}
+			if err != nil {
 				failed++
-				return false, nil
+				return false, err // polled again; the last one is reported on time-out
 			}
 			return true, nil
 		})
