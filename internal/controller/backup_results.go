@@ -64,7 +64,7 @@ func (s *retentionResults) record(key client.ObjectKey, r retentionResult) {
 		return
 	}
 	select {
-	case s.changed <- event.GenericEvent{Object: &tuskv1alpha1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}:
+	case s.changed <- event.GenericEvent{Object: siblingCluster(key.Namespace, key.Name)}:
 	default:
 	}
 }

@@ -94,7 +94,7 @@ func resolvedImport(c *tuskv1alpha1.PostgresCluster, imp *tuskv1alpha1.ImportSpe
 		return imp
 	}
 	out := imp.DeepCopy()
-	out.Source.Host = rwServiceName(siblingCluster(c, imp.Source.Cluster)) + "." + c.Namespace + ".svc"
+	out.Source.Host = rwServiceName(siblingCluster(c.Namespace, imp.Source.Cluster)) + "." + c.Namespace + ".svc"
 	return out
 }
 
@@ -150,9 +150,8 @@ func withImport(pod *corev1.Pod, imp *tuskv1alpha1.ImportSpec) {
 		spec.Volumes = append(spec.Volumes, secretItemsVolume("import-source-ca", ca.Name, corev1.KeyToPath{Key: ca.Key, Path: fileImportCA}))
 		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "import-source-ca", MountPath: importSourceMount + "-ca", ReadOnly: true})
 	} else if importCAFromCluster(imp) {
-		source := &tuskv1alpha1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Name: imp.Source.Cluster, Namespace: pod.Namespace}}
 		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "import-source-ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-			LocalObjectReference: corev1.LocalObjectReference{Name: caConfigMapName(source)},
+			LocalObjectReference: corev1.LocalObjectReference{Name: caConfigMapName(siblingCluster(pod.Namespace, imp.Source.Cluster))},
 			Items:                []corev1.KeyToPath{{Key: keyCACert, Path: fileImportCA}},
 		}}})
 		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "import-source-ca", MountPath: importSourceMount + "-ca", ReadOnly: true})

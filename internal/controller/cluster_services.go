@@ -36,7 +36,7 @@ func (r *ClusterReconciler) reconcileServices(ctx context.Context, c *tuskv1alph
 func clusterServices(c *tuskv1alpha1.PostgresCluster, servedBy string) []*corev1.Service {
 	selected := c
 	if servedBy != "" {
-		selected = siblingCluster(c, servedBy)
+		selected = siblingCluster(c.Namespace, servedBy)
 	}
 	withRole := func(role instanceapi.Role) map[string]string {
 		s := clusterLabels(selected)

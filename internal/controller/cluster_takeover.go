@@ -31,7 +31,7 @@ func takesOverFrom(c *tuskv1alpha1.PostgresCluster) *tuskv1alpha1.PostgresCluste
 	if !logicalImport(c) || initDB(c).Import.Source.Cluster == "" {
 		return nil
 	}
-	return siblingCluster(c, initDB(c).Import.Source.Cluster)
+	return siblingCluster(c.Namespace, initDB(c).Import.Source.Cluster)
 }
 
 // servedBy picks, among the clusters of c's namespace, the one c's

@@ -68,13 +68,14 @@ func replicationSecretName(c *tuskv1alpha1.PostgresCluster) string {
 func caConfigMapName(c *tuskv1alpha1.PostgresCluster) string     { return c.Name + "-ca" }
 func configConfigMapName(c *tuskv1alpha1.PostgresCluster) string { return c.Name + "-config" }
 
-// clusterLabels select every object of a cluster.
-// siblingCluster is the cluster name of c's namespace, as far as its
-// names (Services, CA) go: enough to name another cluster's objects.
-func siblingCluster(c *tuskv1alpha1.PostgresCluster, name string) *tuskv1alpha1.PostgresCluster {
-	return &tuskv1alpha1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace}}
+// siblingCluster stands for the cluster name of namespace where only its
+// name and namespace matter: enough to name another cluster's objects
+// (Services, CA, labels) without reading it.
+func siblingCluster(namespace, name string) *tuskv1alpha1.PostgresCluster {
+	return &tuskv1alpha1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
 }
 
+// clusterLabels select every object of a cluster.
 func clusterLabels(c *tuskv1alpha1.PostgresCluster) map[string]string {
 	return map[string]string{LabelCluster: c.Name}
 }
