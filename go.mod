@@ -2,6 +2,8 @@ module tusk.dev/tusk
 
 go 1.26.8
 
+toolchain go1.27.3
+
 require (
 	github.com/go-logr/logr v1.4.4
 	github.com/go-logr/zapr v1.3.0

@@ -6,15 +6,13 @@
 #
 # A throwaway module requires github.com/coredns/coredns at the pinned version
 # (its go.mod has no replace directives, so `go build <module main>` works);
-# the key includes the Go version and this recipe, so a change rebuilds.
+# the key is the version and this recipe, so a change of either rebuilds.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=hack/lib.sh
 . "$here/lib.sh"
 
 COREDNS_VERSION=${COREDNS_VERSION:-v1.15.0}
-key=$(recipe_key "$here/build-coredns.sh" <(echo "$COREDNS_VERSION $(go env GOVERSION)"))
-out="$TUSK_CACHE_DIR/coredns/$COREDNS_VERSION-$key"
 
 build_coredns() {
   local src="$out/src" tmp
@@ -32,5 +30,9 @@ build_coredns() {
   mv "$tmp/coredns" "$out/bin/coredns" && rmdir "$tmp"
 }
 
-[ -x "$out/bin/coredns" ] || build_coredns
+# The key: the version and the build function above (not this file's
+# comments, nor the Go version).
+key=$(recipe_key <(declare -f build_coredns) <(echo "$COREDNS_VERSION"))
+out="$TUSK_CACHE_DIR/coredns/$COREDNS_VERSION-$key"
+build_once "$out" "$(legacy_entry "$key" 7873eb1f6e1c "$TUSK_CACHE_DIR/coredns/$COREDNS_VERSION-6222b77d76a8")" build_coredns bin/coredns
 echo "$out/bin/coredns"

@@ -16,21 +16,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 K8S_VERSION=${K8S_VERSION:-v1.34.4}
 ETCD_VERSION=${ETCD_VERSION:-v3.5.21}
-key=$(recipe_key "$here/build-k8s.sh" <(echo "$K8S_VERSION $ETCD_VERSION $(go env GOVERSION)"))
-out="$TUSK_CACHE_DIR/k8s/$K8S_VERSION-$key"
-bin="$out/bin"
-mkdir -p "$bin"
 
 components=("$@")
 [ ${#components[@]} -gt 0 ] || components=(kube-apiserver etcd)
 
-missing_k8s=()
-need_etcd=false
 for c in "${components[@]}"; do
   case $c in
-    etcd) [ -x "$bin/etcd" ] || need_etcd=true ;;
-    kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kube-proxy)
-      [ -x "$bin/$c" ] || missing_k8s+=("$c") ;;
+    etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kube-proxy) ;;
     *) die "unknown component $c" ;;
   esac
 done
@@ -100,6 +92,26 @@ build_etcd() {
   mv "$tmp/etcd" "$bin/etcd" && rmdir "$tmp"
 }
 
-$need_etcd && build_etcd
-[ ${#missing_k8s[@]} -eq 0 ] || build_k8s
+# The key: the versions and the build functions above (not this file's
+# comments, nor the Go version).
+key=$(recipe_key <(declare -f version_ldflags write_k8s_module build_k8s build_etcd) <(echo "$K8S_VERSION $ETCD_VERSION"))
+out="$TUSK_CACHE_DIR/k8s/$K8S_VERSION-$key"
+bin="$out/bin"
+legacy=$(legacy_entry "$key" 3ba1c973025b "$TUSK_CACHE_DIR/k8s/$K8S_VERSION-72c70e143eae")
+
+# build_missing builds the components asked for that the entry lacks.
+build_missing() {
+  adopt_legacy "$out" "$legacy"
+  mkdir -p "$bin"
+  missing_k8s=()
+  local c need_etcd=false
+  for c in "${components[@]}"; do
+    [ -x "$bin/$c" ] && continue
+    if [ "$c" = etcd ]; then need_etcd=true; else missing_k8s+=("$c"); fi
+  done
+  if $need_etcd; then build_etcd; fi
+  [ ${#missing_k8s[@]} -eq 0 ] || build_k8s
+}
+
+locked "$out.lock" build_missing
 echo "$bin"

@@ -36,16 +36,19 @@ MINIO_TAG=tusk/minio:dev
 PROMETHEUS_TAG=tusk/prometheus:dev
 NONROOT=65532:65532
 
-# imagebuild prints the path of the image writer, built once per recipe.
+# imagebuild prints the path of the image writer, built once per recipe (its
+# own module, with the Go its go.mod asks for).
 imagebuild() {
-  local key dir
-  key=$(recipe_key "$here/imagebuild/main.go" "$here/imagebuild/go.mod" "$here/imagebuild/go.sum" <(go env GOVERSION))
-  dir="$TUSK_CACHE_DIR/tools/imagebuild-$key"
-  if [ ! -x "$dir/imagebuild" ]; then
-    mkdir -p "$dir"
-    (cd "$here/imagebuild" && CGO_ENABLED=0 go build -trimpath -o "$dir/imagebuild" .) >&2
-  fi
-  echo "$dir/imagebuild"
+  local key
+  key=$(recipe_key "$here/imagebuild/main.go" "$here/imagebuild/go.mod" "$here/imagebuild/go.sum")
+  imagebuild_dir="$TUSK_CACHE_DIR/tools/imagebuild-$key"
+  build_once "$imagebuild_dir" "$(legacy_entry "$key" 670d657f9a77 "$TUSK_CACHE_DIR/tools/imagebuild-9ca0b5fee98d")" build_imagebuild imagebuild
+  echo "$imagebuild_dir/imagebuild"
+}
+
+build_imagebuild() {
+  mkdir -p "$imagebuild_dir"
+  (cd "$here/imagebuild" && CGO_ENABLED=0 go build -trimpath -o "$imagebuild_dir/imagebuild" .) >&2
 }
 
 # debian_mirror prints the Debian mirror the host's apt already uses, so the

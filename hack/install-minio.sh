@@ -8,16 +8,14 @@
 # MinIO tags its releases RELEASE.<date>, which are not semantic versions, so
 # the module is pinned at a pseudo-version (`go list -m github.com/minio/minio@latest`
 # names the newest). Its go.mod has no replace directives, so a throwaway
-# module that requires it builds the server's main package. The key includes
-# the Go version and this recipe, so a change rebuilds.
+# module that requires it builds the server's main package. The key is the
+# version and this recipe, so a change of either rebuilds.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=hack/lib.sh
 . "$here/lib.sh"
 
 MINIO_VERSION=${MINIO_VERSION:-v0.0.0-20260212201848-7aac2a2c5b7c}
-key=$(recipe_key "$here/install-minio.sh" <(echo "$MINIO_VERSION $(go env GOVERSION)"))
-out="$TUSK_CACHE_DIR/minio/$MINIO_VERSION-$key"
 
 build_minio() {
   local src="$out/src" tmp
@@ -35,5 +33,9 @@ build_minio() {
   mv "$tmp/minio" "$out/bin/minio" && rmdir "$tmp"
 }
 
-[ -x "$out/bin/minio" ] || build_minio
+# The key: the version and the build function above (not this file's
+# comments, nor the Go version).
+key=$(recipe_key <(declare -f build_minio) <(echo "$MINIO_VERSION"))
+out="$TUSK_CACHE_DIR/minio/$MINIO_VERSION-$key"
+build_once "$out" "$(legacy_entry "$key" d69a52f2de9c "$TUSK_CACHE_DIR/minio/$MINIO_VERSION-8507b840d003")" build_minio bin/minio
 echo "$out/bin/minio"

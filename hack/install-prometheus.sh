@@ -10,8 +10,8 @@
 # 3.<minor>.<patch>. Its go.mod has no replace directives, so a throwaway
 # module that requires it builds both main packages. Without the
 # builtinassets tag the server has no web UI (it would need npm); its HTTP
-# API, which the tests use, is whole. The key includes the Go version and
-# this recipe, so a change rebuilds.
+# API, which the tests use, is whole. The key is the version and this
+# recipe, so a change of either rebuilds.
 set -euo pipefail
 shopt -s inherit_errexit
 here=$(cd "$(dirname "$0")" && pwd)
@@ -19,8 +19,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 
 PROMETHEUS_VERSION=${PROMETHEUS_VERSION:-v0.316.0}
-key=$(recipe_key "$here/install-prometheus.sh" <(echo "$PROMETHEUS_VERSION $(go env GOVERSION)"))
-out="$TUSK_CACHE_DIR/prometheus/$PROMETHEUS_VERSION-$key"
 
 build_prometheus() {
   local src="$out/src" tmp
@@ -40,5 +38,9 @@ build_prometheus() {
   mv "$tmp/prometheus" "$tmp/promtool" "$out/bin/" && rmdir "$tmp"
 }
 
-[ -x "$out/bin/prometheus" ] && [ -x "$out/bin/promtool" ] || build_prometheus
+# The key: the version and the build function above (not this file's
+# comments, nor the Go version).
+key=$(recipe_key <(declare -f build_prometheus) <(echo "$PROMETHEUS_VERSION"))
+out="$TUSK_CACHE_DIR/prometheus/$PROMETHEUS_VERSION-$key"
+build_once "$out" "$(legacy_entry "$key" 7709d36c230e "$TUSK_CACHE_DIR/prometheus/$PROMETHEUS_VERSION-1890685c6611")" build_prometheus bin/prometheus bin/promtool
 echo "$out/bin"
