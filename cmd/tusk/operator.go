@@ -44,6 +44,8 @@ func newOperatorCommand() *cobra.Command {
 	f.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader Lease (the pod's own when empty)")
 	f.StringSliceVar(&opts.WatchNamespaces, "watch-namespaces", nil,
 		"reconcile only the clusters of these namespaces (comma-separated; every namespace when empty): the operator then needs rights in these namespaces only")
+	f.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 8,
+		"how many objects of one kind are reconciled at once (one object never twice): a cluster whose instances do not answer must not hold up the others")
 	f.DurationVar(&opts.GracefulShutdownTimeout, "graceful-shutdown-timeout", 30*time.Second, "how long running reconciles may take to finish on shutdown")
 	f.StringVar(&opts.Controllers.OperatorNamespace, "operator-namespace", os.Getenv("POD_NAMESPACE"),
 		"the operator's own namespace (POD_NAMESPACE), whose operator pods the clusters' NetworkPolicies admit to the instance managers; any namespace when empty")

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -435,11 +436,16 @@ func (r *BackupReconciler) backupsOfCluster(ctx context.Context, o client.Object
 	return requests
 }
 
-// SetupWithManager registers the reconciler with mgr.
+// SetupWithManager registers the reconciler with mgr. It has one worker
+// whatever the manager's default: "one base backup of a cluster at a
+// time" is a check (otherRunning) then an act (startOn, markStarted) on
+// two backups of the same cluster, which two workers could interleave.
+// Its passes are short calls to an instance manager.
 func (r *BackupReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tuskv1alpha1.PostgresBackup{}).
 		Watches(&tuskv1alpha1.PostgresCluster{}, handler.EnqueueRequestsFromMapFunc(r.backupsOfCluster)).
 		Named("postgresbackup").
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(r)
 }

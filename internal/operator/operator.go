@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -38,6 +39,12 @@ type Options struct {
 	// GracefulShutdownTimeout bounds how long running reconciles may take to
 	// finish after SIGTERM.
 	GracefulShutdownTimeout time.Duration
+	// MaxConcurrentReconciles is how many objects of one kind are
+	// reconciled at once (never the same object twice). A pass may wait
+	// seconds on an instance manager that does not answer (a frozen or
+	// cut-off pod): with one worker, every other cluster's failover would
+	// queue behind it.
+	MaxConcurrentReconciles int
 	// WatchNamespaces limit the operator to the clusters of these
 	// namespaces (and what it reads and caches to them); every namespace
 	// when empty.
@@ -98,6 +105,7 @@ func newManager(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manag
 		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		GracefulShutdownTimeout:       &shutdown,
+		Controller:                    config.Controller{MaxConcurrentReconciles: opts.MaxConcurrentReconciles},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("while creating the controller manager: %w", err)
