@@ -17,6 +17,14 @@ GOLANGCI_LINT  = $(shell hack/tools.sh golangci-lint)
 GOTESTSUM      = $(shell hack/tools.sh gotestsum)
 
 GO_TEST_FLAGS ?= -count=1
+# Each gotestsum run also writes its go test -json stream here, for the
+# slowest-tests list .ci/run prints (make slowest).
+TEST_REPORTS ?= $(CURDIR)/.cache/test-reports
+
+# Everything builds with the toolchain go.mod names (its `toolchain` line,
+# fetched through the Go module proxy), even where Go's own env file says
+# GOTOOLCHAIN=local; an explicit GOTOOLCHAIN in the environment wins.
+export GOTOOLCHAIN ?= auto
 
 ##@ General
 
@@ -53,7 +61,7 @@ test: verify integration ## Everything CI checks: generated files, gofmt, vet, l
 verify: verify-generated verify-fmt vet lint vulncheck ## Static checks only.
 
 .PHONY: vulncheck
-vulncheck: ## govulncheck against the pinned vulnerability database (from the module proxy): fails on vulnerable modules the code calls.
+vulncheck: ## govulncheck against the pinned vulnerability database (from the module proxy): fails on any vulnerability the code reaches, in a module or in the Go standard library.
 	hack/vulncheck.sh
 
 .PHONY: verify-generated
@@ -80,11 +88,12 @@ unit: ## Unit tests: pure functions, no servers.
 
 .PHONY: integration
 integration: ## Unit tests plus integration tests: controllers and CRDs on a real kube-apiserver and etcd (envtest), the instance manager on real PostgreSQL, backups on a real S3 server (MinIO), alert rules and scrapes with a real promtool, major upgrades in the PostgreSQL images' root filesystems (as root).
+	@mkdir -p $(TEST_REPORTS)
 	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh kube-apiserver etcd) TUSK_PG_BINDIR=$$(hack/install-postgres.sh) \
 	TUSK_MINIO_BIN=$$(hack/install-minio.sh) TUSK_PROMETHEUS_BINDIR=$$(hack/install-prometheus.sh) \
 	TUSK_PROMETHEUS_OPERATOR_CRDS=$$(hack/install-prometheus-operator-crds.sh) \
 	TUSK_PG_ROOTFS_15=$$(hack/images.sh rootfs 15) TUSK_PG_ROOTFS_17=$$(hack/images.sh rootfs 17) TUSK_PG_ROOTFS_18=$$(hack/images.sh rootfs 18) \
-		$(GOTESTSUM) --format testname -- $(GO_TEST_FLAGS) -tags integration ./...
+		$(GOTESTSUM) --jsonfile $(TEST_REPORTS)/integration.json --format testname -- $(GO_TEST_FLAGS) -tags integration ./...
 
 .PHONY: bench
 bench: ## Benchmarks that print figures (docs/benchmarks.md); BENCHTIME=3x by default, BENCH=<regexp> picks some.
@@ -179,13 +188,25 @@ undeploy: ## Remove the operator, its CRDs and everything they own from the clus
 	kubectl delete -k config/default --ignore-not-found --wait=true
 
 E2E_ARTIFACTS ?= $(CURDIR)/.cache/e2e-artifacts
+# How many e2e tests run at once after the serial group (test/e2e's
+# parallel and serial). Measured on the 2-core machine: docs/development.md.
+E2E_PARALLEL ?= 4
 # A generous bound: a test killed by -timeout leaves no artifacts (its
 # cleanup never runs), and the lifecycle tests take minutes each.
-E2E_FLAGS ?= -count=1 -timeout=60m
+E2E_FLAGS ?= -count=1 -timeout=60m -parallel=$(E2E_PARALLEL)
 
 .PHONY: e2e
-e2e: images test-images deploy ## End-to-end tests against the cluster in KUBECONFIG (the local cluster by default).
-	E2E_ARTIFACTS=$(E2E_ARTIFACTS) $(GOTESTSUM) --format standard-verbose -- $(E2E_FLAGS) -tags e2e ./test/e2e/...
+e2e: images test-images deploy ## End-to-end tests against the cluster in KUBECONFIG (the local cluster by default): the serial group alone, then the rest E2E_PARALLEL at a time.
+	@mkdir -p $(TEST_REPORTS)
+	E2E_ARTIFACTS=$(E2E_ARTIFACTS) $(GOTESTSUM) --jsonfile $(TEST_REPORTS)/e2e.json --format standard-verbose -- $(E2E_FLAGS) -tags e2e ./test/e2e/...
+
+.PHONY: e2e-long
+e2e-long: ## make e2e with the long tier too (TUSK_E2E_LONG=1): the upgrade chain and the tests CI has no time for.
+	TUSK_E2E_LONG=1 $(MAKE) e2e
+
+.PHONY: slowest
+slowest: ## The 15 slowest tests of the last make test, e2e and chaos runs (their reports in TEST_REPORTS).
+	@hack/slowest.sh 15 $(wildcard $(TEST_REPORTS)/*.json)
 
 # make chaos: SEED orders the faults; DURATION (a Go duration) keeps
 # injecting until it has passed, empty runs each fault twice; FAULTS is a
@@ -202,9 +223,10 @@ LEASE    ?=
 
 .PHONY: chaos
 chaos: images deploy ## Chaos test (docs/chaos.md): random faults under the workload writer, nothing acknowledged lost (MODE=async: loss bounded); SEED= DURATION= FAULTS= HOLD= MODE= LEASE=.
+	@mkdir -p $(TEST_REPORTS)
 	E2E_ARTIFACTS=$(E2E_ARTIFACTS) TUSK_CHAOS=1 TUSK_CHAOS_SEED="$(SEED)" TUSK_CHAOS_DURATION="$(DURATION)" \
 		TUSK_CHAOS_FAULTS="$(FAULTS)" TUSK_CHAOS_HOLD="$(HOLD)" TUSK_CHAOS_MODE="$(MODE)" TUSK_CHAOS_LEASE="$(LEASE)" \
-		$(GOTESTSUM) --format standard-verbose -- $(E2E_FLAGS) -tags e2e -run '^TestChaos$$' ./test/e2e/
+		$(GOTESTSUM) --jsonfile $(TEST_REPORTS)/chaos-$(or $(MODE),sync).json --format standard-verbose -- $(E2E_FLAGS) -tags e2e -run '^TestChaos$$' ./test/e2e/
 
 .PHONY: bench-ha
 bench-ha: images deploy ## HA figures (docs/chaos.md): write gaps of a switchover, a deleted and an evicted primary, for the tuned and the ordinary (libpq defaults) client; the read gap of a deleted replica.

@@ -20,6 +20,7 @@ import (
 // that missed the last rows (fenced while they were written), and adopt-3
 // was the primary. Every row is there afterwards, on every instance.
 func TestRecreatedClusterAdoptsTheMostAdvancedData(t *testing.T) {
+	parallel(t)
 	ns := newNamespace(t)
 	const name = "adopt"
 	lagging, last := name+"-1", name+"-3"

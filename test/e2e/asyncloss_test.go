@@ -98,6 +98,7 @@ func ackTimes(recs []workload.Record) map[workload.Key]time.Time {
 }
 
 func TestLossFault(t *testing.T) {
+	parallel(t)
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	events := []chaosEvent{
 		{fault: "kill-postmaster", start: t0, end: t0.Add(10 * time.Second)},

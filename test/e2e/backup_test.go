@@ -25,6 +25,7 @@ const backupTimeout = 5 * time.Minute
 // rows before it; delete the source cluster and restore the end of its
 // archive into another, from the object store alone.
 func TestBackupAndPointInTimeRecovery(t *testing.T) {
+	parallel(t)
 	ns := newNamespace(t)
 	s3 := startS3(t, ns)
 	const source = "orders"

@@ -195,6 +195,7 @@ type chaosEvent struct {
 
 // TestChaos: see the top of the file and docs/chaos.md.
 func TestChaos(t *testing.T) {
+	serial(t, stopsTheOperator)
 	if os.Getenv(envChaos) != "1" {
 		t.Skipf("the chaos test runs with %s=1 (make chaos)", envChaos)
 	}

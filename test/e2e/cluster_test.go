@@ -15,6 +15,7 @@ import (
 
 // TestNodeReady: every node of the cluster reports Ready.
 func TestNodeReady(t *testing.T) {
+	parallel(t)
 	eventually(t, 2*time.Minute, "every node Ready", func(ctx context.Context) (bool, error) {
 		nodes, err := clientset.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil || len(nodes.Items) == 0 {
@@ -41,6 +42,7 @@ func nodeReady(n *corev1.Node) bool {
 // TestDNSResolvesService: a pod resolves <svc>.<ns>.svc.cluster.local to the
 // Service's cluster IP.
 func TestDNSResolvesService(t *testing.T) {
+	parallel(t)
 	ns := newNamespace(t)
 	ctx := context.Background()
 	svc := &corev1.Service{
@@ -90,6 +92,7 @@ func createClaim(t *testing.T, ns, name string) {
 // StorageClass binds, a non-root pod under the restricted standard writes to
 // it, and a new pod reads the data back.
 func TestVolumeKeepsDataAcrossPodRecreation(t *testing.T) {
+	parallel(t)
 	ns := newNamespace(t)
 	createClaim(t, ns, "data")
 	writer := withVolume(restrictedPod("writer", "sh", "-c",

@@ -38,6 +38,7 @@ const sqlApplyTimeout = 3 * time.Minute
 // duplicates none, and the objects are applied on the new primary;
 // deleting the subscription drops its slot on the publisher.
 func TestDeclarativeDatabases(t *testing.T) {
+	parallel(t)
 	ns := newNamespace(t)
 	shop := newCluster(ns, "shop", 1)
 	shop.Spec.PostgreSQL.Synchronous = tuskv1alpha1.SynchronousSpec{}

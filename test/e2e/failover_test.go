@@ -24,6 +24,7 @@ import (
 // Service follows the new primary, and the old primary returns as a
 // replica of it on the new timeline.
 func TestFailoverWhenThePrimaryPodIsDeleted(t *testing.T) {
+	serial(t, measuresWriteGap)
 	ns := newNamespace(t)
 	const name = "fo"
 	createCluster(t, newCluster(ns, name, 3), "")
@@ -98,6 +99,7 @@ func primaryTimeline(pgc *tuskv1alpha1.PostgresCluster) int32 {
 // pod; the primary keeps serving; unfencing brings the replica back with
 // what was written meanwhile.
 func TestFencingByHand(t *testing.T) {
+	parallel(t)
 	ns := newNamespace(t)
 	const name = "fence"
 	createCluster(t, newCluster(ns, name, 2), "")

@@ -33,6 +33,7 @@ const (
 // cluster's NetworkPolicy would keep the second pod out where the network
 // plugin enforces it; the local cluster's does not, so both flood.)
 func TestManagerPortFlooded(t *testing.T) {
+	serial(t, loadsTheMachine)
 	ns, elsewhere := newNamespace(t), newNamespace(t)
 	const name = "flood"
 	newHACluster(t, ns, name)

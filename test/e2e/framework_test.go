@@ -82,6 +82,47 @@ func setup() error {
 
 func ptrTo[T any](v T) *T { return &v }
 
+// The e2e tests share one Kubernetes cluster and one operator. Each test
+// says in its first statement which group it runs in, and the unit test
+// TestEveryTestHasAGroup (groups_test.go) fails when one does not:
+//
+//   - parallel(t): beside the others, at most -parallel at once (E2E_FLAGS),
+//     each in a namespace of its own. Most tests wait on pods, Leases and
+//     kube-proxy far more than they compute.
+//   - serial(t, why): alone. Go runs a package's tests that do not call
+//     t.Parallel first, one at a time, and holds the parallel ones until the
+//     last of them has ended; so a serial test never overlaps another test.
+//
+// A test that fails only beside others has found a race, in the product or
+// in the test: fix it; make it serial only for one of the reasons below.
+func parallel(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+}
+
+// serial documents why t runs alone; see parallel.
+func serial(t *testing.T, why serialReason) {
+	t.Helper()
+	t.Logf("runs alone: %s", why)
+}
+
+// serialReason is why a test cannot share the cluster with others.
+type serialReason string
+
+const (
+	// measuresWriteGap: its figures (the write gap clients see across a
+	// handover, a cutover or an upgrade) are what docs/benchmarks.md and
+	// make bench-ha publish, and other tests' load on the two cores would
+	// blur them.
+	measuresWriteGap serialReason = "it measures the write gap clients see across a handover, which other tests' load would blur"
+	// stopsTheOperator: it kills or restarts the one operator every other
+	// test's clusters depend on.
+	stopsTheOperator serialReason = "it stops the operator that every other test depends on"
+	// loadsTheMachine: it saturates the cores on purpose and bounds a write
+	// gap meanwhile: it would slow the others and they it.
+	loadsTheMachine serialReason = "it saturates the machine on purpose and bounds a write gap meanwhile"
+)
+
 // eventually waits until cond reports true, failing the test with what
 // was awaited and the last error when timeout passes (testenv.Eventually
 // does the polling).

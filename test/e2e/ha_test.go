@@ -130,6 +130,7 @@ func checkOrdinaryGap(t *testing.T, gap time.Duration) {
 // duplicates none, never has two primaries take writes, and the writes
 // resume on the new primary.
 func TestSwitchoverUnderLoad(t *testing.T) {
+	serial(t, measuresWriteGap)
 	ns := newNamespace(t)
 	const name = "switch"
 	newHACluster(t, ns, name)
@@ -158,6 +159,7 @@ func TestSwitchoverUnderLoad(t *testing.T) {
 // and both clients' writes go through again, the ordinary client's
 // within ordinaryGapBound.
 func TestPrimaryPodDeletedUnderLoad(t *testing.T) {
+	serial(t, measuresWriteGap)
 	testPrimaryGoneUnderLoad(t, "delprimary", "primary pod deleted", deletePrimaryPod)
 }
 
@@ -166,6 +168,7 @@ func TestPrimaryPodDeletedUnderLoad(t *testing.T) {
 // PodDisruptionBudget allows it (all instances ready), and it is a
 // handover too.
 func TestPrimaryEvictedUnderLoad(t *testing.T) {
+	serial(t, measuresWriteGap)
 	testPrimaryGoneUnderLoad(t, "evprimary", "primary evicted", evictPrimaryPod)
 }
 
@@ -212,6 +215,7 @@ func assertHandedOver(t *testing.T, ns, old string) {
 // query: the replica leaves the Service before it stops, and the other
 // replica answers meanwhile, so the read gap stays within the bound.
 func TestReplicaDeletedUnderReader(t *testing.T) {
+	serial(t, measuresWriteGap)
 	ns := newNamespace(t)
 	const name = "delreplica"
 	newHACluster(t, ns, name)
@@ -241,6 +245,7 @@ func TestReplicaDeletedUnderReader(t *testing.T) {
 // the cluster Healthy, the writes through again and nothing acknowledged
 // lost (synchronous quorum, block mode).
 func TestOperatorKilledMidFailover(t *testing.T) {
+	serial(t, stopsTheOperator)
 	requireNodeAccess(t)
 	ns := newNamespace(t)
 	const name = "midfo"
@@ -277,6 +282,7 @@ func TestOperatorKilledMidFailover(t *testing.T) {
 // rules finish it: Healthy, exactly one primary, writes through again,
 // nothing acknowledged lost.
 func TestHandoverWhoseTargetGoesToo(t *testing.T) {
+	parallel(t)
 	ns := newNamespace(t)
 	const name = "hogone"
 	newHACluster(t, ns, name)

@@ -20,6 +20,7 @@ import (
 // replaces every pod on its volume, replicas first and the primary last by a
 // switchover, with the data intact and writes served afterwards.
 func TestRolloutReplacesEveryPod(t *testing.T) {
+	parallel(t)
 	ns := newNamespace(t)
 	const name = "roll"
 	createCluster(t, newCluster(ns, name, 3), "")
@@ -64,6 +65,7 @@ func TestRolloutReplacesEveryPod(t *testing.T) {
 // pg_control emptied, so postgres cannot start) is replaced by a fresh copy
 // of the primary under a new name, with an Event saying why.
 func TestBrokenReplicaIsRecloned(t *testing.T) {
+	parallel(t)
 	ns := newNamespace(t)
 	const name = "broken"
 	createCluster(t, newCluster(ns, name, 2), "")
@@ -121,6 +123,7 @@ func waitEvent(t *testing.T, ns, reason, what string) {
 // TestPasswordRotation: changing the app password in its Secret changes it
 // in PostgreSQL (the old one stops working) and in the Secret's URI.
 func TestPasswordRotation(t *testing.T) {
+	parallel(t)
 	ns := newNamespace(t)
 	const name = "rotate"
 	createCluster(t, newCluster(ns, name, 2), "")

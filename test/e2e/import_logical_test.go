@@ -28,6 +28,7 @@ import (
 // cutover's write gap is printed as the operator measured it and as both
 // clients saw it.
 func TestLogicalUpgradeUnderWrites(t *testing.T) {
+	serial(t, measuresWriteGap)
 	ns := newNamespace(t)
 	oldPrimary := createLogicalSource(t, ns, "orders")
 	instanceSQL(t, ns, "orders", oldPrimary, `CREATE TABLE items (id bigserial PRIMARY KEY, note text NOT NULL);
@@ -118,6 +119,7 @@ INSERT INTO items (note) SELECT 'item ' || g FROM generate_series(1, 2000) g`)
 // subscription first, and with it the slot on the source, which would
 // otherwise keep the source's WAL without end (Event ImportAbandoned).
 func TestDeletedImportDropsItsSlot(t *testing.T) {
+	parallel(t)
 	ns := newNamespace(t)
 	srcPrimary := createLogicalSource(t, ns, "src")
 	instanceSQL(t, ns, "src", srcPrimary, `CREATE ROLE migrator LOGIN REPLICATION PASSWORD 'migrate-me' IN ROLE app, pg_signal_backend, pg_read_all_data;

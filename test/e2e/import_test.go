@@ -112,6 +112,7 @@ func legacySQL(t *testing.T, ns, script string) string {
 // primary; the source's role logs in through the cluster's Service with
 // its old password.
 func TestImportFromAnotherNamespace(t *testing.T) {
+	parallel(t)
 	legacyNS, ns := newNamespace(t), newNamespace(t)
 	caPEM := startLegacyServer(t, legacyNS, "legacy-superuser-pw")
 	legacySQL(t, legacyNS, "SELECT 1") // peer login works before the script's \c

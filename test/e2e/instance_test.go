@@ -104,6 +104,7 @@ func psqlIn(t *testing.T, ns, pod, sql string) string {
 // through a Service streams its writes, both under the restricted Pod
 // Security Standard with read-only root filesystems.
 func TestInstanceManagerInPods(t *testing.T) {
+	parallel(t)
 	ns := newNamespace(t)
 	createPasswords(t, ns)
 	createClaim(t, ns, "pg-1")

@@ -6,11 +6,10 @@ package e2e
 // create, use over TLS, scale, heal, reconfigure, roll out images, survive
 // an operator restart, delete.
 //
-// They run one at a time (none calls t.Parallel): each runs a PostgreSQL
-// cluster of two to five instances on a 2-core machine, where two at once
-// would starve each other's probes and make the timings they log
-// meaningless; and TestOperatorRestartChangesNothing restarts the operator
-// that every test shares.
+// They run in parallel with the other tests, each cluster in its own
+// namespace, but for TestOperatorRestartChangesNothing, which restarts the
+// operator that every test shares (see parallel and serial). The
+// create-to-Ready times they log are taken under that load.
 
 import (
 	"context"
@@ -37,6 +36,7 @@ import (
 // newest replicas and their volumes, keeping the primary); and heals a
 // replica whose pod, then whose pod and volume, are deleted.
 func TestClusterLifecycle(t *testing.T) {
+	parallel(t)
 	ns := newNamespace(t)
 	const name = "life"
 	createCluster(t, newCluster(ns, name, 3), "")
@@ -341,6 +341,7 @@ func recloneDeletedReplica(t *testing.T, ns, cluster string, rows int) {
 // replicas first and the primary last, never more than one down at a time,
 // while a writer keeps writing through -rw.
 func TestReconfigure(t *testing.T) {
+	parallel(t)
 	ns := newNamespace(t)
 	const name = "reconf"
 	createCluster(t, newCluster(ns, name, 3), "")
@@ -549,6 +550,7 @@ func checkWritesResume(t *testing.T, ns, cluster string) {
 // PostgreSQL pod and rewrites none of the cluster's objects; the cluster
 // stays Ready throughout, and the new operator takes it over.
 func TestOperatorRestartChangesNothing(t *testing.T) {
+	serial(t, stopsTheOperator)
 	ns := newNamespace(t)
 	const name = "steady"
 	createCluster(t, newCluster(ns, name, 2), "")
@@ -585,6 +587,7 @@ func TestOperatorRestartChangesNothing(t *testing.T) {
 // its first replica, status says so, the primary and another replica keep
 // serving, and the previous image brings the cluster back to Ready.
 func TestBadImageHaltsRollout(t *testing.T) {
+	parallel(t)
 	ns := newNamespace(t)
 	const name = "badimg"
 	// The same major version as testImage, so validation allows the change;
@@ -721,6 +724,7 @@ func checkServingBesides(t *testing.T, ns, cluster, halted, rows string) {
 // them the superuser and owner Secrets, released from the cluster and
 // marked as kept for its name; all go with reclaimPolicy Delete.
 func TestDeleteCluster(t *testing.T) {
+	parallel(t)
 	ns := newNamespace(t)
 
 	kept := createAndDeleteCluster(t, ns, "kept", "")

@@ -17,6 +17,7 @@ import (
 // TestMajorUpgrade ends on a two-instance cluster of 17 that serves and
 // replicates.
 func TestEveryMajor(t *testing.T) {
+	parallel(t)
 	for _, major := range []int{17, 18} {
 		t.Run(fmt.Sprintf("PostgreSQL %d", major), func(t *testing.T) {
 			if major == 17 {

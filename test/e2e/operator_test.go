@@ -24,6 +24,7 @@ const (
 
 // TestOperatorDeploymentReady: the deployed operator's pods become Ready.
 func TestOperatorDeploymentReady(t *testing.T) {
+	parallel(t)
 	eventually(t, 3*time.Minute, "deployment "+operatorDeployment+" available", func(ctx context.Context) (bool, error) {
 		d, err := clientset.AppsV1().Deployments(operatorNamespace).Get(ctx, operatorDeployment, metav1.GetOptions{})
 		if err != nil {
@@ -42,6 +43,7 @@ func TestOperatorDeploymentReady(t *testing.T) {
 // PostgresCluster: observedGeneration and a Ready condition that says
 // whether the cluster serves (never Unknown: the lifecycle runs).
 func TestPostgresClusterStatusWritten(t *testing.T) {
+	parallel(t)
 	ns := newNamespace(t)
 	ctx := context.Background()
 	pgc := &tuskv1alpha1.PostgresCluster{

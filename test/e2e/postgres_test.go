@@ -40,6 +40,7 @@ func postgresPod() *corev1.Pod {
 // dynamically provisioned volume and serves; it is reachable through a
 // Service name from another pod, and through exec, logs and port-forward.
 func TestPostgresRunsOnVolume(t *testing.T) {
+	parallel(t)
 	ns := newNamespace(t)
 	createClaim(t, ns, "pgdata")
 	start := time.Now()

@@ -35,6 +35,7 @@ func (c probeCounts) sub(o probeCounts) probeCounts {
 // measured as the probe (a new connection per second, bounded by the
 // interval) saw it.
 func TestSLIProbeMeasuresWhatClientsFeel(t *testing.T) {
+	parallel(t)
 	ns := newNamespace(t)
 	const name = "sli"
 	pgc := newCluster(ns, name, 3)

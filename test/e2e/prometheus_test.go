@@ -44,6 +44,7 @@ const prometheusImage = "tusk/prometheus:dev"
 // TuskArchiveFailing. Then `kubectl tusk report` bundles the cluster
 // (checkReport).
 func TestShippedMonitoringOnARealPrometheus(t *testing.T) {
+	parallel(t)
 	ns := newNamespace(t)
 	s3 := startS3(t, ns)
 	const name = "mon"

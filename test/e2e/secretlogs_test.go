@@ -77,6 +77,7 @@ func secretsInLogs(t *testing.T, ns string, since time.Time) []string {
 // TestSecretInALogIsFound: the check every test's namespace gets finds a
 // password a pod printed.
 func TestSecretInALogIsFound(t *testing.T) {
+	parallel(t)
 	ns := newNamespace(t)
 	since := time.Now()
 	createSecret(t, ns, "leaky", map[string][]byte{"password": []byte("a-password-that-leaks")})

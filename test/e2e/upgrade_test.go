@@ -112,6 +112,7 @@ func upgradeCluster(t *testing.T, pgc *tuskv1alpha1.PostgresCluster, from, to in
 // Without adminpack, the next retry upgrades: 17 serves every row and the
 // extension, and the replica is a fresh copy streaming on 17.
 func TestMajorUpgrade(t *testing.T) {
+	serial(t, measuresWriteGap)
 	ns := newNamespace(t)
 	const name = "upg"
 	pgc := newCluster(ns, name, 2)
@@ -214,6 +215,7 @@ func annotateCluster(t *testing.T, ns, name, key, value string) {
 // to 17 and on to 18 by two changes of spec.image, every row and the
 // extension carried, its replicas copied again on each major.
 func TestMajorUpgradeChain(t *testing.T) {
+	parallel(t)
 	longTier(t)
 	ns := newNamespace(t)
 	const name = "chain"
@@ -237,6 +239,7 @@ func TestMajorUpgradeChain(t *testing.T) {
 // backups there; the backup from before restores into a new PostgreSQL 15
 // cluster with exactly the rows it had.
 func TestMajorUpgradeWithBackups(t *testing.T) {
+	parallel(t)
 	longTier(t)
 	ns := newNamespace(t)
 	s3 := startS3(t, ns)
