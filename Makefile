@@ -106,22 +106,53 @@ bench: ## Benchmarks that print figures (docs/benchmarks.md); BENCHTIME=3x by de
 FUZZ_TARGETS = ./internal/instance/pgconf:FuzzPostgresqlConfValue ./internal/instance/pgconf:FuzzPrimaryConnInfo \
 	./internal/instance/pgconf:FuzzPgHBAExtraRule ./internal/instance:FuzzConfigRequest ./internal/basebackup:FuzzParseManifest
 
-# The budget is a count of inputs, not a duration: with a duration, Go 1.26's
-# fuzzing coordinator can fail a target that found nothing ("context deadline
+# The budget is a count of inputs, not a duration: a count is the same work
+# however busy the machine is, and with Go 1.26 (which go.mod's go line still
+# allows) a duration can fail a target that found nothing ("context deadline
 # exceeded" just past the budget, no input written) when its deadline's
 # cancellation races the check that treats it as the normal end
 # (golang/go#75804, fixed in Go 1.27). A count has no deadline to race.
-# 40000 inputs take 4-20 s per target here.
+# Minimizing a new input needs no bound of its own: its runs count against
+# the budget too.
 FUZZTIME ?= 40000x
 
+# make fuzz builds first, then fuzzes, and prints each part's time. Fuzzing
+# needs every package the test imports (the standard library's too) compiled
+# again with coverage instrumentation, a build of its own that make test's
+# does not warm: after a new toolchain or dependency it takes minutes on
+# CI's two cores (312 s from an empty cache, 210 s of it internal/instance's,
+# which with its tests imports client-go), once cached 6-8 s of linking.
+# Each target then starts from its seeds and testdata/fuzz alone, in a
+# corpus directory of this run, not go test's $(go env GOCACHE)/fuzz: that
+# keeps every input any earlier run found and replays them all before
+# fuzzing (20-50 ms each for FuzzConfigRequest), so the stage grew with the
+# cache's age and fell back on a fresh one. 40000 inputs take 1-5 s per
+# target, FuzzConfigRequest 11-25 s (325 KB of coverage counters to scan
+# per input, to pgconf's 46 KB).
+FUZZ_DIR = $(CURDIR)/.cache/fuzz
+FUZZ_PKGS = $(sort $(foreach t,$(FUZZ_TARGETS),$(firstword $(subst :, ,$(t)))))
+
 .PHONY: fuzz
-fuzz: ## Run each fuzz target for FUZZTIME inputs (40000x by default, as CI does; a duration such as 10m works too).
-	@for t in $(FUZZ_TARGETS); do \
-		echo "== $${t#*:} ($${t%%:*}), $(FUZZTIME)"; \
+fuzz: ## Build the fuzz targets' packages with coverage instrumentation, then run each target for FUZZTIME inputs (40000x, as CI does; a duration such as 10m works too) from its seeds and testdata/fuzz.
+	@rm -rf $(FUZZ_DIR) && mkdir -p $(FUZZ_DIR) && built=0 fuzzed=0 && \
+	bin() { echo $(FUZZ_DIR)/$$(echo $${1#./} | tr / _).test; } && \
+	for p in $(FUZZ_PKGS); do \
 		start=$$(date +%s); \
-		go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $${t%%:*} || exit 1; \
-		echo "== $${t#*:} took $$(( $$(date +%s) - start )) s"; \
-	done
+		go test -c -fuzz . -o $$(bin $$p) $$p || exit 1; \
+		s=$$(( $$(date +%s) - start )); built=$$(( built + s )); \
+		echo "== $$p built for fuzzing in $$s s"; \
+	done && \
+	for t in $(FUZZ_TARGETS); do \
+		p=$${t%%:*} f=$${t#*:}; \
+		echo "== $$f ($$p), $(FUZZTIME)"; \
+		start=$$(date +%s); \
+		(cd $$p && $$(bin $$p) -test.run '^$$' -test.fuzz "^$$f$$" -test.fuzztime $(FUZZTIME) \
+			-test.fuzzcachedir $(FUZZ_DIR)/corpus/$${p#./}) || exit 1; \
+		s=$$(( $$(date +%s) - start )); fuzzed=$$(( fuzzed + s )); \
+		echo "== $$f took $$s s"; \
+	done && \
+	rm -f $(FUZZ_DIR)/*.test && \
+	echo "== fuzz: $$built s building, $$fuzzed s fuzzing"
 
 .PHONY: bench-upgrade
 bench-upgrade: ## Upgrade figures (docs/upgrades.md): each step of an upgrade from 15 to 17 of about 1 GiB, link and copy modes; as root.
