@@ -69,13 +69,16 @@ pg_rootfs() {
   # Keyed by the recipe itself (the function below), not by this whole file.
   key=$(recipe_key <(declare -f debootstrap_pg) <(echo "$suite $major"))
   out="$TUSK_CACHE_DIR/rootfs/postgres-$major-$suite-$key.tar"
-  if [ ! -f "$out" ] || [ ! -f "$out.user" ]; then
-    need_root "building the PostgreSQL root filesystem (debootstrap)"
-    apt_ensure debootstrap:debootstrap
-    mkdir -p "$(dirname "$out")"
-    timed "debootstrap $suite with postgresql-$major" debootstrap_pg "$suite" "$major" "$out"
-  fi
+  locked "$out.lock" ensure_rootfs "$suite" "$major" "$out"
   echo "$out"
+}
+
+ensure_rootfs() {
+  local suite=$1 major=$2 out=$3
+  [ ! -f "$out" ] || [ ! -f "$out.user" ] || return 0
+  need_root "building the PostgreSQL root filesystem (debootstrap)"
+  apt_ensure debootstrap:debootstrap
+  timed "debootstrap $suite with postgresql-$major" debootstrap_pg "$suite" "$major" "$out"
 }
 
 debootstrap_pg() {
@@ -130,28 +133,36 @@ build_operator() {
 build_postgres() {
   local suite=$1 major=$2 rootfs key out
   rootfs=$(pg_rootfs "$suite" "$major")
-  key=$(recipe_key "$rootfs.user" <(echo "$rootfs") <(declare -f build_postgres))
+  key=$(recipe_key "$rootfs.user" <(echo "$rootfs") <(declare -f write_postgres_image))
   out="$TUSK_CACHE_DIR/images/postgres-$major-$key.tar"
-  if [ ! -f "$out" ]; then
-    mkdir -p "$(dirname "$out")"
-    log "Writing image tusk/postgres:$major"
-    "$(imagebuild)" -tag "tusk/postgres:$major" -out "$out" -layer "$rootfs" -user "$(cat "$rootfs.user")" \
-      -env "PATH=/usr/lib/postgresql/$major/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
-      -env LANG=C.UTF-8 -workdir /var/lib/postgresql
-  fi
+  locked "$out.lock" write_postgres_image "$major" "$rootfs" "$out"
   echo "$out"
+}
+
+write_postgres_image() {
+  local major=$1 rootfs=$2 out=$3
+  [ ! -f "$out" ] || return 0
+  log "Writing image tusk/postgres:$major"
+  "$(imagebuild)" -tag "tusk/postgres:$major" -out "$out" -layer "$rootfs" -user "$(cat "$rootfs.user")" \
+    -env "PATH=/usr/lib/postgresql/$major/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+    -env LANG=C.UTF-8 -workdir /var/lib/postgresql
 }
 
 # build_static NAME TAG BINARY DEST: an image holding one static binary.
 build_static() {
   local name=$1 tag=$2 bin=$3 dest=$4 key out
-  key=$(recipe_key "$bin" "$here/images.sh")
+  key=$(recipe_key "$bin" <(declare -f write_static_image))
   out="$TUSK_CACHE_DIR/images/$name-$key.tar"
-  if [ ! -f "$out" ]; then
-    mkdir -p "$(dirname "$out")"
-    "$(imagebuild)" -tag "$tag" -out "$out" -file "$bin:$dest" -user "$NONROOT" -entrypoint "$dest"
-  fi
+  locked "$out.lock" write_static_image "$tag" "$bin" "$dest" "$out"
   echo "$out"
+}
+
+# Two builds of one image at once wrote the same temporary file (seen when
+# make cluster-up and another images.sh ran together): one lock per image.
+write_static_image() {
+  local tag=$1 bin=$2 dest=$3 out=$4
+  [ ! -f "$out" ] || return 0
+  "$(imagebuild)" -tag "$tag" -out "$out" -file "$bin:$dest" -user "$NONROOT" -entrypoint "$dest"
 }
 
 build_pause() {
