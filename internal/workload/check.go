@@ -107,6 +107,9 @@ type CheckReport struct {
 	// SplitBrainWindow is in seconds; zero when the rule was off.
 	SplitBrainWindow float64        `json:"splitBrainWindowSeconds,omitempty"`
 	Interleavings    []Interleaving `json:"interleavings,omitempty"`
+	// Incremental says what an incremental check read (CheckDatabaseSince;
+	// nil for the others).
+	Incremental *IncrementalInfo `json:"incremental,omitempty"`
 }
 
 // outcome is what the ledger knows of one attempt.
@@ -127,22 +130,29 @@ type checker struct {
 	rep      CheckReport
 }
 
+func newChecker(opts CheckOptions) *checker {
+	return &checker{opts: opts, attempts: map[Key]*outcome{}, maxTried: map[clientKey]int64{}, runs: map[string]bool{}, present: map[Key]int{}}
+}
+
 // Check applies the rules of the package documentation to a ledger and the
 // rows read back.
 func Check(recs []Record, rows []Row, opts CheckOptions) *CheckReport {
 	setDefault(&opts.GapThreshold, time.Second)
-	c := &checker{opts: opts, attempts: map[Key]*outcome{}, maxTried: map[clientKey]int64{}, runs: map[string]bool{}, present: map[Key]int{}}
+	c := newChecker(opts)
 	c.indexLedger(recs)
 	c.indexRows(rows)
-	c.compare()
+	t := c.tally(anyKey)
+	t.report(&c.rep, opts.MaxLost)
 	c.rep.Gaps = Gaps(ackTimes(recs), opts.GapThreshold)
 	if opts.SplitBrainWindow > 0 {
 		c.rep.SplitBrainWindow = opts.SplitBrainWindow.Seconds()
-		c.rep.Interleavings = Interleavings(c.commits(rows), opts.SplitBrainWindow)
+		c.rep.Interleavings = Interleavings(c.commits(rows, anyKey), opts.SplitBrainWindow)
 	}
-	c.verdict()
+	verdict(&c.rep, opts.MaxLost)
 	return &c.rep
 }
+
+func anyKey(Key) bool { return true }
 
 func (c *checker) indexLedger(recs []Record) {
 	for _, r := range recs {
@@ -181,60 +191,134 @@ func (c *checker) indexRows(rows []Row) {
 			c.rep.LaterRows++
 			continue
 		}
-		c.rep.Rows++
 		c.present[Key{Run: r.Run, Client: r.Client, Seq: r.Seq}]++
 	}
 }
 
-// compare walks the attempts and the rows once each.
-func (c *checker) compare() {
-	var lost, dups, rejected, phantoms, warned []Key
-	clients := map[clientKey]*ClientSummary{}
-	summary := func(k Key) *ClientSummary {
-		id := clientKey{k.Run, k.Client}
-		if clients[id] == nil {
-			clients[id] = &ClientSummary{Run: k.Run, Client: k.Client}
-		}
-		return clients[id]
-	}
+// tally applies the rules to the attempts and the rows of the keys keep
+// takes, walking each once.
+func (c *checker) tally(keep func(Key) bool) tally {
+	var t tally
 	for k, o := range c.attempts {
-		s, n := summary(k), c.present[k]
-		c.rep.Attempted++
-		s.MaxAttempted = max(s.MaxAttempted, k.Seq)
-		switch o.kind {
-		case KindAck:
-			c.rep.Acknowledged++
-			s.MaxAcked = max(s.MaxAcked, k.Seq)
-			if o.warning != "" {
-				warned = append(warned, k)
-			}
-			if n == 0 {
-				lost = append(lost, k)
-				s.Lost++
-			}
-		case KindRejected:
-			rejected = append(rejected, k)
-		default: // unknown, or tried with no outcome recorded
-			c.rep.Unknown++
-			if n > 0 {
-				c.rep.UnknownPresent++
-			} else {
-				c.rep.UnknownAbsent++
-			}
+		if keep(k) {
+			t.attempt(k, o, c.present[k])
 		}
 	}
 	for k, n := range c.present {
-		summary(k).MaxPresent = max(summary(k).MaxPresent, k.Seq)
-		if n > 1 {
-			dups = append(dups, k)
-		}
-		if c.attempts[k] == nil {
-			phantoms = append(phantoms, k)
+		if keep(k) {
+			t.rows(k, n, c.attempts[k] != nil)
 		}
 	}
-	c.rep.Lost, c.rep.Duplicates, c.rep.Rejected = newKeyListOf(lost, max(maxSample, c.opts.MaxLost)), newKeyList(dups), newKeyList(rejected)
-	c.rep.Phantoms, c.rep.AckedWithWarning = newKeyList(phantoms), newKeyList(warned)
-	c.rep.Clients = sortedSummaries(clients)
+	return t
+}
+
+// tally is what the rules found over a set of keys: the tallies of two
+// disjoint sets add up to the tally of their union, so an incremental
+// check keeps the tally of the keys it verified and adds the new ones'.
+type tally struct {
+	Attempted      int   `json:"attempted"`
+	Acknowledged   int   `json:"acknowledged"`
+	Unknown        int   `json:"unknown"`
+	UnknownPresent int   `json:"unknownPresent"`
+	UnknownAbsent  int   `json:"unknownAbsent"`
+	Rows           int   `json:"rows"`
+	Lost           []Key `json:"lost,omitempty"`
+	Duplicates     []Key `json:"duplicates,omitempty"`
+	Rejected       []Key `json:"rejected,omitempty"`
+	Phantoms       []Key `json:"phantoms,omitempty"`
+	Warned         []Key `json:"warned,omitempty"`
+	// clients are the per-client summaries; an incremental check keeps
+	// them in its clients' marks.
+	clients map[clientKey]*ClientSummary
+}
+
+func (t *tally) summary(k Key) *ClientSummary {
+	id := clientKey{k.Run, k.Client}
+	if t.clients == nil {
+		t.clients = map[clientKey]*ClientSummary{}
+	}
+	if t.clients[id] == nil {
+		t.clients[id] = &ClientSummary{Run: k.Run, Client: k.Client}
+	}
+	return t.clients[id]
+}
+
+// attempt counts an attempt of the ledger, present n times in the table.
+func (t *tally) attempt(k Key, o *outcome, n int) {
+	s := t.summary(k)
+	t.Attempted++
+	s.MaxAttempted = max(s.MaxAttempted, k.Seq)
+	switch o.kind {
+	case KindAck:
+		t.Acknowledged++
+		s.MaxAcked = max(s.MaxAcked, k.Seq)
+		if o.warning != "" {
+			t.Warned = append(t.Warned, k)
+		}
+		if n == 0 {
+			t.Lost = append(t.Lost, k)
+			s.Lost++
+		}
+	case KindRejected:
+		t.Rejected = append(t.Rejected, k)
+	default: // unknown, or tried with no outcome recorded
+		t.Unknown++
+		if n > 0 {
+			t.UnknownPresent++
+		} else {
+			t.UnknownAbsent++
+		}
+	}
+}
+
+// rows counts the n rows of a key present in the table.
+func (t *tally) rows(k Key, n int, attempted bool) {
+	t.Rows += n
+	s := t.summary(k)
+	s.MaxPresent = max(s.MaxPresent, k.Seq)
+	if n > 1 {
+		t.Duplicates = append(t.Duplicates, k)
+	}
+	if !attempted {
+		t.Phantoms = append(t.Phantoms, k)
+	}
+}
+
+// add adds o, the tally of other keys.
+func (t *tally) add(o tally) {
+	t.Attempted += o.Attempted
+	t.Acknowledged += o.Acknowledged
+	t.Unknown += o.Unknown
+	t.UnknownPresent += o.UnknownPresent
+	t.UnknownAbsent += o.UnknownAbsent
+	t.Rows += o.Rows
+	t.Lost = append(t.Lost, o.Lost...)
+	t.Duplicates = append(t.Duplicates, o.Duplicates...)
+	t.Rejected = append(t.Rejected, o.Rejected...)
+	t.Phantoms = append(t.Phantoms, o.Phantoms...)
+	t.Warned = append(t.Warned, o.Warned...)
+	for _, s := range o.clients {
+		t.addSummary(*s)
+	}
+}
+
+// addSummary merges the summary of other keys of the same client.
+func (t *tally) addSummary(o ClientSummary) {
+	s := t.summary(Key{Run: o.Run, Client: o.Client})
+	s.MaxAttempted = max(s.MaxAttempted, o.MaxAttempted)
+	s.MaxAcked = max(s.MaxAcked, o.MaxAcked)
+	s.MaxPresent = max(s.MaxPresent, o.MaxPresent)
+	s.Lost += o.Lost
+}
+
+// report writes the tally into r.
+func (t *tally) report(r *CheckReport, maxLost int) {
+	r.Attempted, r.Acknowledged, r.Unknown = t.Attempted, t.Acknowledged, t.Unknown
+	r.UnknownPresent, r.UnknownAbsent, r.Rows = t.UnknownPresent, t.UnknownAbsent, t.Rows
+	r.Lost = newKeyListOf(slices.Clone(t.Lost), max(maxSample, maxLost))
+	r.Duplicates, r.Rejected = newKeyList(slices.Clone(t.Duplicates)), newKeyList(slices.Clone(t.Rejected))
+	r.Phantoms, r.AckedWithWarning = newKeyList(slices.Clone(t.Phantoms)), newKeyList(slices.Clone(t.Warned))
+	r.Clients = sortedSummaries(t.clients)
 }
 
 type clientKey struct {
@@ -253,35 +337,35 @@ func sortedSummaries(m map[clientKey]*ClientSummary) []ClientSummary {
 	return out
 }
 
-// commits is every commit the checker knows of: the rows of the ledger's
-// runs, and the acknowledgements (which outlive rows a deposed primary
-// lost), each once.
-func (c *checker) commits(rows []Row) []Commit {
+// commits is every commit the checker knows of among the keys keep takes:
+// the rows of the ledger's runs, and the acknowledgements (which outlive
+// rows a deposed primary lost), each once.
+func (c *checker) commits(rows []Row, keep func(Key) bool) []Commit {
 	seen := map[Key]bool{}
 	var out []Commit
 	for _, r := range rows {
 		k := Key{Run: r.Run, Client: r.Client, Seq: r.Seq}
-		if c.runs[r.Run] && !seen[k] {
+		if c.runs[r.Run] && !seen[k] && keep(k) {
 			seen[k] = true
 			out = append(out, Commit{Server: r.Server, At: r.CommittedAt})
 		}
 	}
 	for k, o := range c.attempts {
-		if o.kind == KindAck && !seen[k] {
+		if o.kind == KindAck && !seen[k] && keep(k) {
 			out = append(out, Commit{Server: o.server, At: o.serverTime})
 		}
 	}
 	return out
 }
 
-func (c *checker) verdict() {
-	r := &c.rep
+// verdict lists the broken rules in r.Failures.
+func verdict(r *CheckReport, maxLost int) {
 	fail := func(format string, args ...any) { r.Failures = append(r.Failures, fmt.Sprintf(format, args...)) }
 	if len(r.Runs) == 0 {
 		fail("the ledger names no run")
 	}
-	if r.Lost.Count > c.opts.MaxLost {
-		fail("LOST: %d acknowledged rows are missing (%d tolerated)", r.Lost.Count, c.opts.MaxLost)
+	if r.Lost.Count > maxLost {
+		fail("LOST: %d acknowledged rows are missing (%d tolerated)", r.Lost.Count, maxLost)
 	}
 	if r.Duplicates.Count > 0 {
 		fail("DUPLICATE: %d rows are present more than once", r.Duplicates.Count)

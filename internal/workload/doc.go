@@ -55,4 +55,16 @@
 // back and forth cannot do faster than W when W is chosen below the fastest
 // legitimate A→B→A round trip and above the clock skew between the
 // servers' hosts (server times come from each server's clock).
+//
+// # Incremental checks
+//
+// CheckDatabaseSince is the live check of a caller that checks again and
+// again while the writer runs (after every fault of a chaos run). It keeps
+// a checkpoint of what it proved: the ledger's offset read, for each client
+// the seq up to which every attempt has its outcome and was checked, and
+// the count and hash sum of those rows. The next check reads only the
+// ledger from there and the rows above those seqs, and proves with one
+// aggregate query that the verified rows are all there, unchanged. What
+// it cannot place exactly (a verified row lost or changed, a record out
+// of place) sends it back to the start: its report is always Check's.
 package workload
