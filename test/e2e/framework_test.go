@@ -219,7 +219,9 @@ func deleteNamespace(t *testing.T, name string) {
 		t.Logf("cutting the grace period of the pods of %s short: %v", name, err)
 	}
 	start := time.Now()
-	defer func() { t.Logf("namespace %s gone %.1fs after its pods were deleted", name, time.Since(start).Seconds()) }()
+	defer func() {
+		t.Logf("namespace %s gone %.1fs after its pods were deleted", name, time.Since(start).Seconds())
+	}()
 	eventually(t, 3*time.Minute, "namespace "+name+" to be gone", func(ctx context.Context) (bool, error) {
 		_, err := clientset.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
