@@ -9,7 +9,9 @@
 set -euo pipefail
 n=$1
 shift
-for f in "$@"; do
+# Sorted whole, then cut: head closing the pipe early would fail the
+# script (SIGPIPE under pipefail).
+sorted=$(for f in "$@"; do
   [ -s "$f" ] || continue
   # Fields are read by name, in any order: {"Action":"pass","Package":…,"Test":…,"Elapsed":…}.
   awk -v stream="$(basename "$f" .json)" '
@@ -22,4 +24,5 @@ for f in "$@"; do
       action = field("Action", "\"[a-z]*\""); gsub(/"/, "", action)
       printf "%9.1f s  %-4s  %-12s %s\n", field("Elapsed", "[0-9.]+"), action, stream, test
     }' "$f"
-done | sort -rn | head -n "$n"
+done | sort -rn)
+head -n "$n" <<<"$sorted"
