@@ -220,7 +220,7 @@ undeploy: ## Remove the operator, its CRDs and everything they own from the clus
 
 E2E_ARTIFACTS ?= $(CURDIR)/.cache/e2e-artifacts
 # How many e2e tests run at once after the serial group (test/e2e's
-# parallel and serial). Measured on the 2-core machine: docs/development.md.
+# parallel and serial); why 4: docs/development.md.
 E2E_PARALLEL ?= 4
 # A generous bound: a test killed by -timeout leaves no artifacts (its
 # cleanup never runs), and the lifecycle tests take minutes each.
