@@ -114,7 +114,7 @@ const (
 	// handover, a cutover or an upgrade) are what docs/benchmarks.md and
 	// make bench-ha publish, and other tests' load on the two cores would
 	// blur them.
-	measuresWriteGap serialReason = "it measures the write gap clients see across a handover, which other tests' load would blur"
+	measuresWriteGap serialReason = "it measures the write gap clients see across a handover, a cutover or an upgrade, which other tests' load would blur"
 	// stopsTheOperator: it kills or restarts the one operator every other
 	// test's clusters depend on.
 	stopsTheOperator serialReason = "it stops the operator that every other test depends on"
