@@ -16,6 +16,7 @@ import (
 // or serial(t, reason) (framework_test.go), so none runs beside the others
 // by accident or alone without saying why.
 func TestEveryTestHasAGroup(t *testing.T) {
+	t.Parallel() // it reads source files only; in the e2e binary it shares the cluster with no one
 	files, err := filepath.Glob("*_test.go")
 	if err != nil {
 		t.Fatal(err)
