@@ -273,12 +273,19 @@ func (st *checkState) newAdvance(recs []Record, snap *snapshot, opts CheckOption
 }
 
 // settled is the highest seq up to which the client's attempts from
-// verified on all have their outcome in the ledger.
+// verified on all have their outcome in the ledger. A seq with no record
+// below the client's highest one was never tried (an ordinary client
+// skips the seq of a connection that failed: nothing is written for it,
+// and a client writes its records in order), so it settles as it is: a
+// row with that seq is the full check's phantom either way, and one that
+// appears later changes the verified rows' count.
 func (c *checker) settled(id clientKey, verified int64) int64 {
 	s := verified
 	for {
 		o := c.attempts[Key{Run: id.run, Client: id.client, Seq: s + 1}]
-		if o == nil || o.kind == KindTry {
+		switch {
+		case o == nil && s+1 < c.maxTried[id]:
+		case o == nil || o.kind == KindTry:
 			return s
 		}
 		s++
