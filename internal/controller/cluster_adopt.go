@@ -37,8 +37,10 @@ import (
 func (r *ClusterReconciler) adoptVolumes(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, ic *instanceClient) (bool, error) {
 	if last := v.members[len(v.members)-1].serial; c.Status.LastInstanceSerial < last {
 		// Recorded first: a name is never used twice.
-		c.Status.LastInstanceSerial = last
-		if err := r.writeStatus(ctx, c); err != nil {
+		if err := r.recordDecision(ctx, c, func(s *tuskv1alpha1.PostgresClusterStatus) error {
+			s.LastInstanceSerial = last
+			return nil
+		}); err != nil {
 			return false, err
 		}
 		r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonAdoptingVolumes, "Create",
@@ -174,9 +176,10 @@ func dataLSN(m *member) postgres.LSN {
 // chooseAdoptedPrimary records the chosen instance as the target: from
 // then on it is the one made the primary, whatever a later pass observes.
 func (r *ClusterReconciler) chooseAdoptedPrimary(ctx context.Context, c *tuskv1alpha1.PostgresCluster, best *member) error {
-	c.Status.TargetPrimary = best.name
-	if err := r.writeStatus(ctx, c); err != nil {
-		c.Status.TargetPrimary = ""
+	if err := r.recordDecision(ctx, c, func(s *tuskv1alpha1.PostgresClusterStatus) error {
+		s.TargetPrimary = best.name
+		return nil
+	}); err != nil {
 		return err
 	}
 	d := best.status.DataDir
@@ -238,9 +241,10 @@ func adoptionAction(m *member) adoptAction {
 // recordAdoptedPrimary makes the instance serving as the primary the
 // current primary, moves the role labels and points the replicas at it.
 func (r *ClusterReconciler) recordAdoptedPrimary(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, p *member, ic *instanceClient) error {
-	c.Status.CurrentPrimary, c.Status.TargetPrimary = p.name, p.name
-	if err := r.writeStatus(ctx, c); err != nil {
-		c.Status.CurrentPrimary = ""
+	if err := r.recordDecision(ctx, c, func(s *tuskv1alpha1.PostgresClusterStatus) error {
+		s.CurrentPrimary, s.TargetPrimary = p.name, p.name
+		return nil
+	}); err != nil {
 		return err
 	}
 	r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonAdoptedVolumes, "Create", "%s is the primary of the volumes found", p.name)

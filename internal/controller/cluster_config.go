@@ -158,13 +158,10 @@ func (r *ClusterReconciler) recordQuorumChange(ctx context.Context, c *tuskv1alp
 	if equality.Semantic.DeepEqual(during, c.Status.SynchronousQuorum) {
 		return nil
 	}
-	previous := c.Status.SynchronousQuorum
-	c.Status.SynchronousQuorum = during
-	if err := r.writeStatus(ctx, c); err != nil {
-		c.Status.SynchronousQuorum = previous
-		return err
-	}
-	return nil
+	return r.recordDecision(ctx, c, func(s *tuskv1alpha1.PostgresClusterStatus) error {
+		s.SynchronousQuorum = during
+		return nil
+	})
 }
 
 func (r *ClusterReconciler) pushConfig(ctx context.Context, m *member, cfg instanceapi.Config, hash string, ic *instanceClient) error {

@@ -217,10 +217,10 @@ func (r *ClusterReconciler) reportFailoverBlocked(c *tuskv1alpha1.PostgresCluste
 // startFailover records the candidate as the target before promoting it,
 // so an operator that restarts half-way knows which replica it chose.
 func (r *ClusterReconciler) startFailover(ctx context.Context, c *tuskv1alpha1.PostgresCluster, candidate *member, why string) error {
-	previous := c.Status.TargetPrimary
-	c.Status.TargetPrimary = candidate.name
-	if err := r.writeStatus(ctx, c); err != nil {
-		c.Status.TargetPrimary = previous
+	if err := r.recordDecision(ctx, c, func(s *tuskv1alpha1.PostgresClusterStatus) error {
+		s.TargetPrimary = candidate.name
+		return nil
+	}); err != nil {
 		return err
 	}
 	r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonFailingOver, "Failover", "The primary %s failed (%s); promoting %s, which received WAL up to %s",
@@ -256,8 +256,10 @@ func (r *ClusterReconciler) promoteWhenFree(ctx context.Context, candidate *memb
 // the -rw Service at it at once.
 func (r *ClusterReconciler) recordFailover(ctx context.Context, c *tuskv1alpha1.PostgresCluster, v *view, promoted *member, why string, ic *instanceClient) error {
 	from := c.Status.CurrentPrimary
-	c.Status.CurrentPrimary, c.Status.TargetPrimary = promoted.name, promoted.name
-	if err := r.writeStatus(ctx, c); err != nil {
+	if err := r.recordDecision(ctx, c, func(s *tuskv1alpha1.PostgresClusterStatus) error {
+		s.CurrentPrimary, s.TargetPrimary = promoted.name, promoted.name
+		return nil
+	}); err != nil {
 		return err
 	}
 	r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonFailedOver, "Failover", "%s is the primary in place of %s (%s)", promoted.name, from, why)

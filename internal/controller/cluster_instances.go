@@ -50,9 +50,10 @@ func (r *ClusterReconciler) bootstrapPrimary(ctx context.Context, c *tuskv1alpha
 	if err != nil {
 		return false, err
 	}
-	c.Status.CurrentPrimary, c.Status.TargetPrimary = name, name
-	if err := r.writeStatus(ctx, c); err != nil {
-		c.Status.CurrentPrimary, c.Status.TargetPrimary = "", ""
+	if err := r.recordDecision(ctx, c, func(s *tuskv1alpha1.PostgresClusterStatus) error {
+		s.CurrentPrimary, s.TargetPrimary = name, name
+		return nil
+	}); err != nil {
 		return false, err
 	}
 	return true, r.createInstance(ctx, c, name, instanceapi.RolePrimary, true, v.recovery)
@@ -65,10 +66,11 @@ func (r *ClusterReconciler) allocateInstance(ctx context.Context, c *tuskv1alpha
 	for _, m := range v.members {
 		last = max(last, m.serial)
 	}
-	c.Status.LastInstanceSerial = last + 1
-	if err := r.writeStatus(ctx, c); err != nil {
-		c.Status.LastInstanceSerial = last // not taken: nothing was created
-		return "", err
+	if err := r.recordDecision(ctx, c, func(s *tuskv1alpha1.PostgresClusterStatus) error {
+		s.LastInstanceSerial = last + 1
+		return nil
+	}); err != nil {
+		return "", err // not taken: nothing was created
 	}
 	return instanceName(c.Name, last+1), nil
 }

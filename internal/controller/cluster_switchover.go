@@ -78,10 +78,11 @@ func (r *ClusterReconciler) moveWritesTo(ctx context.Context, old, target *membe
 // startSwitchover records target as the primary Tusk wants; the steps
 // follow in reconcileSwitchover.
 func (r *ClusterReconciler) startSwitchover(ctx context.Context, c *tuskv1alpha1.PostgresCluster, target *member, why string) error {
-	c.Status.TargetPrimary = target.name
-	if err := r.writeStatus(ctx, c); err != nil {
-		c.Status.TargetPrimary = c.Status.CurrentPrimary // not decided after all
-		return err
+	if err := r.recordDecision(ctx, c, func(s *tuskv1alpha1.PostgresClusterStatus) error {
+		s.TargetPrimary = target.name
+		return nil
+	}); err != nil {
+		return err // not decided after all
 	}
 	r.changingPrimary.heldFor(client.ObjectKeyFromObject(c).String(), time.Now())
 	r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonSwitchingOver, "Switchover", "Switching the primary from %s to %s: %s", c.Status.CurrentPrimary, target.name, why)
@@ -157,9 +158,10 @@ func (r *ClusterReconciler) refuseUnsafeTarget(ctx context.Context, c *tuskv1alp
 		return nil
 	}
 	refused := c.Status.TargetPrimary
-	c.Status.TargetPrimary = c.Status.CurrentPrimary
-	if err := r.writeStatus(ctx, c); err != nil {
-		c.Status.TargetPrimary = refused
+	if err := r.recordDecision(ctx, c, func(s *tuskv1alpha1.PostgresClusterStatus) error {
+		s.TargetPrimary = s.CurrentPrimary
+		return nil
+	}); err != nil {
 		return err
 	}
 	r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonSwitchoverRefused, "Switchover",
@@ -240,9 +242,11 @@ func (r *ClusterReconciler) reconcileSwitchover(ctx context.Context, c *tuskv1al
 	case recordOnly:
 	}
 	from := c.Status.CurrentPrimary
-	c.Status.CurrentPrimary = target.name
-	markSwitched(c)
-	if err := r.writeStatus(ctx, c); err != nil {
+	if err := r.recordDecision(ctx, c, func(s *tuskv1alpha1.PostgresClusterStatus) error {
+		s.CurrentPrimary = target.name
+		markSwitched(c)
+		return nil
+	}); err != nil {
 		return true, err
 	}
 	r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonSwitchedOver, "Switchover", "%s is the primary; %s follows it", target.name, from)
@@ -307,8 +311,10 @@ func (r *ClusterReconciler) abortSwitchover(ctx context.Context, c *tuskv1alpha1
 		return fmt.Errorf("while promoting %s back after an aborted switchover: %w", old.name, err)
 	}
 	target := c.Status.TargetPrimary
-	c.Status.TargetPrimary = c.Status.CurrentPrimary
-	if err := r.writeStatus(ctx, c); err != nil {
+	if err := r.recordDecision(ctx, c, func(s *tuskv1alpha1.PostgresClusterStatus) error {
+		s.TargetPrimary = s.CurrentPrimary
+		return nil
+	}); err != nil {
 		return err
 	}
 	r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonSwitchoverAborted, "Switchover", "Gave up switching over to %s: %s; %s is the primary again", target, why, old.name)

@@ -22,15 +22,11 @@ import (
 )
 
 // A major upgrade (docs/upgrades.md) is a state machine kept in
-// status.majorUpgrade, one phase per pass:
-//
-//	StoppingReplicas → Upgrading → CloningReplicas → Succeeded
-//	                       ↓
-//	                  RollingBack → Failed
-//
-// The primary's instance manager does the work on its own volume
-// (pgupgrade): the operator only chooses which image and arguments each pod
-// gets, and reads how it went from /status.
+// status.majorUpgrade, one phase per pass at most, its moves listed in
+// upgradeMoves (cluster_upgrade_phases.go). The primary's instance manager
+// does the work on its own volume (pgupgrade): the operator only chooses
+// which image and arguments each pod gets, and reads how it went from
+// /status.
 
 // imageTag finds the version tag in an image reference, as the CRD's rule
 // on spec.image does.
@@ -206,24 +202,26 @@ func (r *ClusterReconciler) startMajorUpgrade(ctx context.Context, c *tuskv1alph
 		mode = c.Spec.Upgrade.Mode
 	}
 	now := metav1.Now()
-	c.Status.MajorUpgrade = &tuskv1alpha1.MajorUpgradeStatus{
+	attempt := &tuskv1alpha1.MajorUpgradeStatus{
 		Attempt:   fmt.Sprintf("%d-%d", to, now.Unix()),
 		FromImage: cmp.Or(c.Status.Image, primary.pod.Spec.Containers[0].Image), ToImage: c.Spec.Image, FromMajor: from, ToMajor: to, Mode: mode,
-		Phase: tuskv1alpha1.MajorUpgradeStoppingReplicas, StartedAt: now,
-		Message: "Stopping the replicas; their volumes stay until the upgrade is committed",
+		Phase: upgradeNew, StartedAt: now,
 	}
+	begin := func(s *tuskv1alpha1.PostgresClusterStatus) { s.MajorUpgrade = attempt }
 	if problem != "" {
 		// It runs again by the retry annotation or a new image.
 		return false, r.setUpgradePhase(ctx, c, tuskv1alpha1.MajorUpgradeFailed,
-			"The upgrade was refused before anything stopped: "+problem+"; the cluster runs "+c.Status.MajorUpgrade.FromImage+" as before")
+			"The upgrade was refused before anything stopped: "+problem+"; the cluster runs "+attempt.FromImage+" as before", begin)
 	}
+	phase, message := tuskv1alpha1.MajorUpgradeStoppingReplicas, "Stopping the replicas; their volumes stay until the upgrade is committed"
 	if c.Spec.Backup != nil {
-		u := c.Status.MajorUpgrade
-		u.Phase, u.Backup = tuskv1alpha1.MajorUpgradeBackingUp, c.Name+"-pre-upgrade-"+u.Attempt
-		u.Message = "Taking the backup " + u.Backup + ": after the new server's first write, it is the way back"
+		attempt.Backup = c.Name + "-pre-upgrade-" + attempt.Attempt
+		phase, message = tuskv1alpha1.MajorUpgradeBackingUp, "Taking the backup "+attempt.Backup+": after the new server's first write, it is the way back"
 	}
-	if err := r.writeStatus(ctx, c); err != nil {
-		c.Status.MajorUpgrade = nil
+	if err := r.recordDecision(ctx, c, func(s *tuskv1alpha1.PostgresClusterStatus) error {
+		begin(s)
+		return moveUpgrade(c, phase, message, now)
+	}); err != nil {
 		return false, err
 	}
 	r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonMajorUpgradeRunning, "Upgrade",
@@ -247,35 +245,21 @@ func onlinePrecheck(ctx context.Context, ic *instanceClient, primary *member) (s
 	return res.Problem, nil
 }
 
-// setUpgradePhase moves the upgrade on, with an Event. A rollback puts
-// the old system's archive location back.
-func (r *ClusterReconciler) setUpgradePhase(ctx context.Context, c *tuskv1alpha1.PostgresCluster, phase tuskv1alpha1.MajorUpgradePhase, message string) error {
-	u := c.Status.MajorUpgrade
-	u.Phase, u.Message = phase, message
-	if phase == tuskv1alpha1.MajorUpgradeRollingBack {
-		c.Status.ArchiveSubdirectory = u.PreviousArchiveSubdirectory
-	}
-	eventType, reason := corev1.EventTypeNormal, tuskv1alpha1.ReasonMajorUpgradeRunning
-	switch phase {
-	case tuskv1alpha1.MajorUpgradeSucceeded, tuskv1alpha1.MajorUpgradeFailed:
-		now := metav1.Now()
-		u.FinishedAt = &now
-		reason = tuskv1alpha1.ReasonMajorUpgradeSucceeded
-		if phase == tuskv1alpha1.MajorUpgradeFailed {
-			reason = tuskv1alpha1.ReasonMajorUpgradeFailed
+// setUpgradePhase records the upgrade's move to phase (moveUpgrade), with
+// what else changes in status with it (also), before acting on it; then
+// it says so in an Event. A move the upgrade does not make is refused with
+// an error, and nothing is written.
+func (r *ClusterReconciler) setUpgradePhase(ctx context.Context, c *tuskv1alpha1.PostgresCluster, phase tuskv1alpha1.MajorUpgradePhase, message string,
+	also ...func(*tuskv1alpha1.PostgresClusterStatus)) error {
+	if err := r.recordDecision(ctx, c, func(s *tuskv1alpha1.PostgresClusterStatus) error {
+		for _, change := range also {
+			change(s)
 		}
-	case tuskv1alpha1.MajorUpgradeRollingBack:
-		eventType = corev1.EventTypeWarning
-	}
-	// The condition goes with the phase in the same write: written apart,
-	// a reader saw Succeeded beside a condition still saying
-	// CloningReplicas.
-	if cond, ok := majorUpgradeCondition(c); ok {
-		meta.SetStatusCondition(&c.Status.Conditions, cond)
-	}
-	if err := r.writeStatus(ctx, c); err != nil {
+		return moveUpgrade(c, phase, message, metav1.Now())
+	}); err != nil {
 		return err
 	}
+	eventType, reason := upgradeEvent(phase)
 	r.event(c, eventType, reason, "Upgrade", "%s: %s", phase, message)
 	return nil
 }
@@ -299,15 +283,19 @@ func (r *ClusterReconciler) stopReplicasForUpgrade(ctx context.Context, c *tuskv
 		return nil
 	}
 	message := fmt.Sprintf("Upgrading the primary %s's data directory with pg_upgrade", c.Status.CurrentPrimary)
-	if c.Spec.Backup != nil {
-		// pg_upgrade makes a new database system: its WAL must not mix
-		// with the old one's, whose backups stay restorable where they are.
-		u := c.Status.MajorUpgrade
-		u.PreviousArchiveSubdirectory = c.Status.ArchiveSubdirectory
-		c.Status.ArchiveSubdirectory = "pg" + u.Attempt
-		message += "; WAL and backups of PostgreSQL " + strconv.Itoa(int(u.ToMajor)) + " go to " + archivePath(c)
+	if c.Spec.Backup == nil {
+		return r.setUpgradePhase(ctx, c, tuskv1alpha1.MajorUpgradeUpgrading, message)
 	}
-	return r.setUpgradePhase(ctx, c, tuskv1alpha1.MajorUpgradeUpgrading, message)
+	// pg_upgrade makes a new database system: its WAL must not mix with
+	// the old one's, whose backups stay restorable where they are.
+	u := c.Status.MajorUpgrade
+	moved := c.DeepCopy()
+	moved.Status.ArchiveSubdirectory = "pg" + u.Attempt
+	message += "; WAL and backups of PostgreSQL " + strconv.Itoa(int(u.ToMajor)) + " go to " + archivePath(moved)
+	return r.setUpgradePhase(ctx, c, tuskv1alpha1.MajorUpgradeUpgrading, message, func(s *tuskv1alpha1.PostgresClusterStatus) {
+		s.MajorUpgrade.PreviousArchiveSubdirectory = s.ArchiveSubdirectory
+		s.ArchiveSubdirectory = moved.Status.ArchiveSubdirectory
+	})
 }
 
 // upgradePrimary replaces the primary's pod with the upgrade attempt's and
@@ -343,9 +331,9 @@ func (r *ClusterReconciler) upgradePrimary(ctx context.Context, c *tuskv1alpha1.
 		// start: nothing ran on the volume.
 		return r.setUpgradePhase(ctx, c, tuskv1alpha1.MajorUpgradeRollingBack, "The upgrade's pod does not start: "+waitingReason(primary.pod))
 	case primary.ready() && reportedMajor(st) == u.ToMajor:
-		c.Status.PostgresMajor = u.ToMajor
 		return r.setUpgradePhase(ctx, c, tuskv1alpha1.MajorUpgradeCloningReplicas,
-			fmt.Sprintf("The primary serves PostgreSQL %d; replacing the replicas' volumes with copies of it", u.ToMajor))
+			fmt.Sprintf("The primary serves PostgreSQL %d; replacing the replicas' volumes with copies of it", u.ToMajor),
+			func(s *tuskv1alpha1.PostgresClusterStatus) { s.PostgresMajor = u.ToMajor })
 	}
 	return nil
 }
@@ -389,11 +377,13 @@ func (r *ClusterReconciler) rollBackUpgrade(ctx context.Context, c *tuskv1alpha1
 		// The attempt's manager committed, then stopped before it said so
 		// (a crash): the old image cannot serve the data any more, so the
 		// way is forward, on the new image again.
-		if c.Spec.Backup != nil {
-			c.Status.ArchiveSubdirectory = "pg" + u.Attempt
-		}
 		return r.setUpgradePhase(ctx, c, tuskv1alpha1.MajorUpgradeUpgrading, fmt.Sprintf(
-			"The upgrade to PostgreSQL %d was committed before the rollback began (%s); starting the primary on %s again", u.ToMajor, u.Message, u.ToImage))
+			"The upgrade to PostgreSQL %d was committed before the rollback began (%s); starting the primary on %s again", u.ToMajor, u.Message, u.ToImage),
+			func(s *tuskv1alpha1.PostgresClusterStatus) {
+				if c.Spec.Backup != nil {
+					s.ArchiveSubdirectory = "pg" + u.Attempt
+				}
+			})
 	case primary.ready() && reportedMajor(primary.status) == u.FromMajor:
 		return r.setUpgradePhase(ctx, c, tuskv1alpha1.MajorUpgradeFailed, u.Message+"; the cluster runs "+u.FromImage+" again")
 	}

@@ -32,9 +32,11 @@ func newPromoteCommand(o *options) *cobra.Command {
 cleanly (its standbys receive every WAL record), INSTANCE is promoted once it
 has all of it, and the old primary follows the new one as a replica.
 
-Writes pause for a few seconds while the primary changes. The plugin only
-records the new target primary (status.targetPrimary); the operator does the
-work, and refuses a target that cannot take over.`,
+Writes pause for a few seconds while the primary changes. The plugin only asks:
+it sets the annotation ` + tuskv1alpha1.AnnotationSwitchoverTo + `=INSTANCE on the PostgresCluster
+(the status is the operator's alone to write). The operator checks the
+request, records the target primary, removes the annotation and does the
+work; it refuses a target that cannot take over.`,
 		Example: `  kubectl tusk promote orders orders-2
   kubectl tusk promote orders orders-3 --wait=false`,
 		Args: cobra.ExactArgs(2),

@@ -111,3 +111,15 @@ func TestProgressLines(t *testing.T) {
 		}
 	}
 }
+
+// The help says what promote writes: the request annotation on the
+// cluster, never the status, which is the operator's alone.
+func TestPromoteHelpNamesTheAnnotation(t *testing.T) {
+	help := newPromoteCommand(&options{}).Long
+	if !strings.Contains(help, tuskv1alpha1.AnnotationSwitchoverTo+"=INSTANCE on the PostgresCluster") {
+		t.Errorf("promote --help does not name the annotation it sets:\n%s", help)
+	}
+	if strings.Contains(help, "status.") {
+		t.Errorf("promote --help names a status field, which the plugin never writes:\n%s", help)
+	}
+}
