@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"tusk.dev/tusk/internal/instance/sqlobjects"
 	"tusk.dev/tusk/internal/instance/supervisor"
 	"tusk.dev/tusk/internal/instanceapi"
 )
@@ -124,7 +125,7 @@ func (m *Manager) withPrivateServer(ctx context.Context, dir string, fn func(ctx
 }
 
 func (m *Manager) createRolesAndDatabase(ctx context.Context, conn *pgx.Conn) error {
-	if err := quietRoleStatements(ctx, conn); err != nil {
+	if err := sqlobjects.QuietRoleStatements(ctx, conn); err != nil {
 		return err
 	}
 	secrets := m.currentSecrets()
@@ -134,7 +135,7 @@ func (m *Manager) createRolesAndDatabase(ctx context.Context, conn *pgx.Conn) er
 	}
 	statements := []string{replication}
 	if owner := m.opts.InitDB.Owner; owner != "" {
-		ownerVerifier, err := scramVerifier(secrets.appPassword)
+		ownerVerifier, err := sqlobjects.ScramVerifier(secrets.appPassword)
 		if err != nil {
 			return err
 		}
@@ -167,12 +168,6 @@ func (m *Manager) grantRoleRights(ctx context.Context, conn *pgx.Conn) error {
 	return m.grantRewindRights(ctx, conn)
 }
 
-// createCertificateLoginGroup creates the certificate login group unless
-// it exists, also when another session creates it at the same time (an
-// apply granting it, while the manager makes its roles).
-var createCertificateLoginGroup = "DO $$BEGIN CREATE ROLE " + ident(instanceapi.CertificateLoginRole) + ` WITH NOLOGIN;
-	EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END$$`
-
 // ensureCertificateLoginGroup makes the group pg_hba.conf lets log in with
 // a client certificate only (instanceapi.CertificateLoginRole): a role
 // without login, members, or rights; ApplyRole makes roles its members.
@@ -188,7 +183,7 @@ func ensureCertificateLoginGroup(ctx context.Context, conn *pgx.Conn) error {
 	case !canLogin:
 		return nil
 	}
-	statements := []string{"SET LOCAL synchronous_commit TO local", createCertificateLoginGroup}
+	statements := []string{"SET LOCAL synchronous_commit TO local", sqlobjects.CreateCertificateLoginGroup}
 	if err == nil {
 		statements[1] = "ALTER ROLE " + ident(instanceapi.CertificateLoginRole) + " WITH NOLOGIN"
 	}
@@ -339,7 +334,7 @@ func (m *Manager) createReplicationRole(s secrets) (string, error) {
 	if m.replicationCerts != nil {
 		return fmt.Sprintf("CREATE ROLE %s WITH LOGIN REPLICATION", ident(replicationUser)), nil
 	}
-	verifier, err := scramVerifier(s.replicationPassword)
+	verifier, err := sqlobjects.ScramVerifier(s.replicationPassword)
 	if err != nil {
 		return "", err
 	}
@@ -354,9 +349,11 @@ func firstWords(s string, n int) string {
 	return strings.Join(f, " ")
 }
 
-func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
+// ident and literal quote the manager's own statements as sqlobjects
+// quotes the user's.
+func ident(name string) string { return sqlobjects.Ident(name) }
 
-func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+func literal(s string) string { return sqlobjects.Literal(s) }
 
 // cloneFrom copies the upstream's data directory with pg_basebackup,
 // streaming the WAL written meanwhile so the copy is consistent on its own.

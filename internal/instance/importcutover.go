@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"tusk.dev/tusk/internal/instance/sqlobjects"
 	"tusk.dev/tusk/internal/instanceapi"
 )
 
@@ -124,7 +125,7 @@ func (m *Manager) openCutover(ctx context.Context, st *importState) ([]cutoverDB
 			return dbs, fmt.Errorf("while reading the connection string of the subscription %s", st.Subscriptions[db])
 		}
 		if dbs[len(dbs)-1].source, err = pgx.ConnectConfig(ctx, cfg); err != nil {
-			return dbs, fmt.Errorf("while connecting to the source's database %s: %s", db, redactConnInfo(err.Error(), conninfo))
+			return dbs, fmt.Errorf("while connecting to the source's database %s: %s", db, sqlobjects.RedactConnInfo(err.Error(), conninfo))
 		}
 	}
 	return dbs, nil

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"tusk.dev/tusk/internal/instance/sqlobjects"
 )
 
 // roleImportPlan is what an import does to the new cluster's roles.
@@ -22,7 +24,7 @@ type roleImportPlan struct {
 // importReservedRole says whether a source role is left alone: Tusk's
 // own, PostgreSQL's predefined ones, and any tusk_ name.
 func importReservedRole(name string) bool {
-	return isReservedRole(name) || strings.HasPrefix(name, "tusk_")
+	return sqlobjects.IsReservedRole(name) || strings.HasPrefix(name, "tusk_")
 }
 
 // planRoleImport turns the source's roles into statements for the new
@@ -64,7 +66,7 @@ func (p *roleImportPlan) addRole(r sourceRole) {
 	}
 	for _, kv := range r.settings {
 		if name, value, ok := strings.Cut(kv, "="); ok {
-			p.statements = append(p.statements, fmt.Sprintf("ALTER ROLE %s SET %s = %s", ident(r.name), settingName(name), settingValue(name, value)))
+			p.statements = append(p.statements, fmt.Sprintf("ALTER ROLE %s SET %s = %s", ident(r.name), sqlobjects.SettingName(name), sqlobjects.SettingValue(name, value)))
 		}
 	}
 }
@@ -91,9 +93,9 @@ var serverFileRoles = []string{"pg_read_server_files", "pg_write_server_files", 
 
 func createRoleStatement(r sourceRole) string {
 	opts := []string{
-		flag(r.login, "LOGIN"), flag(r.inherit, "INHERIT"), flag(r.createRole, "CREATEROLE"),
-		flag(r.createDB, "CREATEDB"), flag(r.bypassRLS, "BYPASSRLS"),
-		connLimitClause(r.connLimit),
+		sqlobjects.Flag(r.login, "LOGIN"), sqlobjects.Flag(r.inherit, "INHERIT"), sqlobjects.Flag(r.createRole, "CREATEROLE"),
+		sqlobjects.Flag(r.createDB, "CREATEDB"), sqlobjects.Flag(r.bypassRLS, "BYPASSRLS"),
+		sqlobjects.ConnLimitClause(r.connLimit),
 	}
 	if r.validUntil != nil {
 		opts = append(opts, "VALID UNTIL "+literal(*r.validUntil))
@@ -119,7 +121,7 @@ func createDatabaseStatements(db sourceDatabase, appDatabase string) []string {
 	}
 	for _, kv := range db.settings {
 		if name, value, ok := strings.Cut(kv, "="); ok {
-			s = append(s, fmt.Sprintf("ALTER DATABASE %s SET %s = %s", ident(db.name), settingName(name), settingValue(name, value)))
+			s = append(s, fmt.Sprintf("ALTER DATABASE %s SET %s = %s", ident(db.name), sqlobjects.SettingName(name), sqlobjects.SettingValue(name, value)))
 		}
 	}
 	return s

@@ -16,6 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"tusk.dev/tusk/internal/instance/fsutil"
+	"tusk.dev/tusk/internal/instance/sqlobjects"
 	"tusk.dev/tusk/internal/instanceapi"
 )
 
@@ -88,7 +90,7 @@ func writeImportState(dataDir string, st *importState) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomically(importStatePath(dataDir), data)
+	return fsutil.WriteFileAtomically(importStatePath(dataDir), data)
 }
 
 // prepareLogicalImport readies one database's subscription during the
@@ -124,7 +126,7 @@ func (m *Manager) prepareLogicalImport(ctx context.Context, dir string, db sourc
 		if err != nil {
 			return fmt.Errorf("while reading the import source's CA: %w", err)
 		}
-		if err := writeFileAtomically(filepath.Join(dir, importStateDir, importCAFile), ca); err != nil {
+		if err := fsutil.WriteFileAtomically(filepath.Join(dir, importStateDir, importCAFile), ca); err != nil {
 			return err
 		}
 		// The subscription connects once the data directory is in place.
@@ -143,7 +145,7 @@ func (m *Manager) prepareLogicalImport(ctx context.Context, dir string, db sourc
 	stmt := fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION %s PUBLICATION %s WITH (connect = false, synchronous_commit = 'on')",
 		ident(name), literal(conninfo), ident(imp.Publication))
 	if _, err := local.Exec(ctx, stmt); err != nil {
-		return fmt.Errorf("while creating the subscription %s of the database %s: %s", name, db.name, redactConnInfo(err.Error(), conninfo))
+		return fmt.Errorf("while creating the subscription %s of the database %s: %s", name, db.name, sqlobjects.RedactConnInfo(err.Error(), conninfo))
 	}
 	st.Subscriptions[db.name] = name
 	return writeImportState(dir, st)

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"tusk.dev/tusk/internal/instance/sqlobjects"
 	"tusk.dev/tusk/internal/instanceapi"
 )
 
@@ -81,12 +81,12 @@ func (m *Manager) alterPasswords(ctx context.Context, changes []passwordChange) 
 		return fmt.Errorf("while connecting to change passwords: %w", err)
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
-	if err := quietRoleStatements(ctx, conn); err != nil {
+	if err := sqlobjects.QuietRoleStatements(ctx, conn); err != nil {
 		return err
 	}
 	for _, c := range changes {
 		m.log.Info("Rotating the "+c.role+" password", "role", c.role)
-		verifier, err := scramVerifier(c.password)
+		verifier, err := sqlobjects.ScramVerifier(c.password)
 		if err != nil {
 			return err
 		}
@@ -118,6 +118,25 @@ func (m *Manager) connectWith(ctx context.Context, password string) (*pgx.Conn, 
 	return pgx.ConnectConfig(ctx, cfg)
 }
 
+// connectDatabase is connect (the superuser over the Unix socket) to
+// another database than postgres.
+func (m *Manager) connectDatabase(ctx context.Context, database string) (*pgx.Conn, error) {
+	s := m.currentSecrets()
+	open := func(password string) (*pgx.Conn, error) {
+		cfg, err := m.localConfig(superuser, password)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Database = database
+		return pgx.ConnectConfig(ctx, cfg)
+	}
+	conn, err := open(s.superuserPassword)
+	if err == nil || s.previousSuperuserPassword == "" || !isAuthFailure(err) {
+		return conn, err
+	}
+	return open(s.previousSuperuserPassword)
+}
+
 // localConfig is a session of the manager's as role, over the Unix socket.
 func (m *Manager) localConfig(role, password string) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig("")
@@ -147,26 +166,4 @@ func isAuthFailure(err error) bool {
 // search_path (public, "$user") must never run in its place.
 func pinSearchPath(cfg *pgx.ConnConfig) {
 	cfg.RuntimeParams["search_path"] = "pg_catalog"
-}
-
-// quietRoleStatements keeps the statements of conn's session out of the
-// server's log, whatever the user set log_statement to, also when one
-// fails: a statement that sets a password holds its SCRAM verifier, which
-// is not the password but lets whoever reads the log try passwords offline
-// and pose as the server.
-func quietRoleStatements(ctx context.Context, conn *pgx.Conn) error {
-	if _, err := conn.Exec(ctx, "SET log_statement = 'none'; SET log_min_error_statement = 'panic'"); err != nil {
-		return fmt.Errorf("while keeping the password statements out of the log: %w", err)
-	}
-	return nil
-}
-
-// scramVerifierPattern matches a SCRAM verifier (RFC 5803 form).
-var scramVerifierPattern = regexp.MustCompile(`SCRAM-SHA-256\$[^'"\s]*`)
-
-// redactVerifiers replaces the SCRAM verifiers in a tool's output (a
-// single-user backend's echo of a failed statement) before it reaches a
-// log or status.
-func redactVerifiers(s string) string {
-	return scramVerifierPattern.ReplaceAllString(s, "SCRAM-SHA-256$<redacted>")
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"tusk.dev/tusk/internal/basebackup"
+	"tusk.dev/tusk/internal/instance/sqlobjects"
 	"tusk.dev/tusk/internal/instance/supervisor"
 	"tusk.dev/tusk/internal/instanceapi"
 	"tusk.dev/tusk/internal/objectstore"
@@ -356,7 +357,7 @@ func (m *Manager) readControlData(ctx context.Context, dir string) (controlData,
 // authentication) on the stopped directory. The statement holds a SCRAM
 // verifier, never the password.
 func (m *Manager) resetSuperuserPassword(ctx context.Context, dir string) error {
-	verifier, err := scramVerifier(m.currentSecrets().superuserPassword)
+	verifier, err := sqlobjects.ScramVerifier(m.currentSecrets().superuserPassword)
 	if err != nil {
 		return err
 	}
@@ -371,7 +372,7 @@ func (m *Manager) resetSuperuserPassword(ctx context.Context, dir string) error 
 	err = m.reaper.Wait(cmd)
 	// A failed statement does not change the exit code in single-user mode.
 	if err != nil || strings.Contains(out.String(), "ERROR:") || strings.Contains(out.String(), "FATAL:") {
-		return fmt.Errorf("while setting the superuser's password in single-user mode (%w): %s", err, redactVerifiers(lastLines(out.String(), 3)))
+		return fmt.Errorf("while setting the superuser's password in single-user mode (%w): %s", err, sqlobjects.RedactVerifiers(lastLines(out.String(), 3)))
 	}
 	return nil
 }
@@ -382,13 +383,13 @@ func (m *Manager) resetSuperuserPassword(ctx context.Context, dir string) error 
 // monitoring role, and the application owner and database (created when
 // the backup has none of that name).
 func (m *Manager) reconcileRecoveredRoles(ctx context.Context, conn *pgx.Conn) error {
-	if err := quietRoleStatements(ctx, conn); err != nil {
+	if err := sqlobjects.QuietRoleStatements(ctx, conn); err != nil {
 		return err
 	}
 	secrets := m.currentSecrets()
 	replication := fmt.Sprintf("ALTER ROLE %s WITH LOGIN REPLICATION PASSWORD NULL", ident(replicationUser))
 	if m.replicationCerts == nil {
-		verifier, err := scramVerifier(secrets.replicationPassword)
+		verifier, err := sqlobjects.ScramVerifier(secrets.replicationPassword)
 		if err != nil {
 			return err
 		}
@@ -408,7 +409,7 @@ func (m *Manager) reconcileRecoveredRoles(ctx context.Context, conn *pgx.Conn) e
 	if owner == "" {
 		return nil
 	}
-	verifier, err := scramVerifier(secrets.appPassword)
+	verifier, err := sqlobjects.ScramVerifier(secrets.appPassword)
 	if err != nil {
 		return err
 	}

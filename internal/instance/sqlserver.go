@@ -10,39 +10,26 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"tusk.dev/tusk/internal/instance/sqlobjects"
 	"tusk.dev/tusk/internal/instanceapi"
 )
 
-// The errors of a declarative SQL apply, each with its HTTP status (see
-// instanceapi's PathSQLRoles): errNotWritable 409, a refusal 422,
-// errPostgresDown 503. Other errors are 500.
+// The errors of a declarative SQL apply, as sqlobjects has them:
+// checkWritable returns them too.
 var (
-	// errNotWritable: this instance is not a writable primary.
-	errNotWritable = errors.New("this instance is not a writable primary")
-	// errPostgresDown: postgres does not accept connections yet.
-	errPostgresDown = errors.New("postgres is not accepting connections")
+	errNotWritable  = sqlobjects.ErrNotWritable
+	errPostgresDown = sqlobjects.ErrPostgresDown
 )
 
-// refusal is a request refused as it stands; nothing was changed.
-// missingDatabase marks the refusal of a database that does not exist,
-// which an object asked to be absent takes for "nothing to drop".
-type refusal struct {
-	reason          string
-	missingDatabase bool
-}
-
-// nothingToDrop says whether err is a missing database for a request
-// that drops: it is done.
-func nothingToDrop(ensure instanceapi.Ensure, err error) bool {
-	r, ok := errors.AsType[*refusal](err)
-	return ok && r.missingDatabase && ensure == instanceapi.EnsureAbsent
-}
-
-func (r *refusal) Error() string { return r.reason }
-
-// refuse returns a refusal with a formatted reason.
-func refuse(format string, args ...any) error {
-	return &refusal{reason: fmt.Sprintf(format, args...)}
+// sqlObjects is the applier of the SQL objects users declare, over this
+// manager's port: a writable session to a named database.
+func (m *Manager) sqlObjects() *sqlobjects.Objects {
+	return sqlobjects.New(sqlobjects.Port{
+		ConnectWritable: m.connectWritable,
+		Log:             m.log,
+		Owner:           m.opts.InitDB.Owner,
+		RunDir:          m.opts.RunDir,
+	})
 }
 
 // applyStatus is the HTTP status of an apply's error.
@@ -53,7 +40,7 @@ func applyStatus(err error) int {
 	case errors.Is(err, errPostgresDown):
 		return http.StatusServiceUnavailable
 	}
-	if _, ok := errors.AsType[*refusal](err); ok {
+	if sqlobjects.IsRefusal(err) {
 		return http.StatusUnprocessableEntity
 	}
 	return http.StatusInternalServerError
@@ -73,7 +60,7 @@ func serveApply[T any](apply func(context.Context, T) (instanceapi.ApplyResult, 
 		}
 		res, err := apply(r.Context(), req)
 		if err != nil {
-			writeJSON(w, applyStatus(err), map[string]string{"error": redactVerifiers(err.Error())})
+			writeJSON(w, applyStatus(err), map[string]string{"error": sqlobjects.RedactVerifiers(err.Error())})
 			return
 		}
 		writeJSON(w, http.StatusOK, res)
@@ -108,7 +95,7 @@ func (m *Manager) connectWritable(ctx context.Context, database string) (*pgx.Co
 	conn, err := m.connectDatabase(ctx, database)
 	if err != nil {
 		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "3D000" {
-			return nil, &refusal{reason: fmt.Sprintf("database %s does not exist", database), missingDatabase: true}
+			return nil, sqlobjects.MissingDatabase(database)
 		}
 		if _, ok := errors.AsType[*pgconn.PgError](err); ok {
 			return nil, fmt.Errorf("while connecting to database %s: %w", database, err)
@@ -127,29 +114,13 @@ func (m *Manager) connectWritable(ctx context.Context, database string) (*pgx.Co
 	return conn, nil
 }
 
-// classifyPostgresError maps what PostgreSQL, or the session to it, said
-// of a statement to the apply's errors: a read-only server is no writable
-// primary (409); a session that broke, or a server going away, is
-// postgres not up (503); running out of resources or an internal error
-// stays what it is (500); anything else PostgreSQL refused in the
-// request itself (an unknown parameter or object, one in use or depended
-// upon, an invalid value) is a refusal (422). A statement's transaction
-// was rolled back. Verifiers are redacted from the refusal's text.
-func classifyPostgresError(err error) error {
-	pgErr, ok := errors.AsType[*pgconn.PgError](err)
-	if !ok {
-		if pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
-			return fmt.Errorf("%w: %w", errPostgresDown, err)
-		}
-		return err
+// serveSlots is GET PathSQLSlots.
+func (m *Manager) serveSlots(w http.ResponseWriter, r *http.Request) {
+	st, err := m.sqlObjects().Slots(r.Context())
+	if err != nil {
+		m.log.Error(err, "Reading the replication slots")
+		writeJSON(w, applyStatus(err), map[string]string{"error": err.Error()})
+		return
 	}
-	switch class := pgErr.Code[:2]; {
-	case pgErr.Code == "25006": // read_only_sql_transaction
-		return fmt.Errorf("%w: %w", errNotWritable, err)
-	case class == "08" || class == "57": // connection exception, operator intervention
-		return fmt.Errorf("%w: %w", errPostgresDown, err)
-	case class == "53" || class == "58" || class == "XX": // resources, system, internal
-		return err
-	}
-	return &refusal{reason: redactVerifiers(err.Error())}
+	writeJSON(w, http.StatusOK, st)
 }

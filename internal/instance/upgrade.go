@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	"tusk.dev/tusk/internal/instance/pgupgrade"
 	"tusk.dev/tusk/internal/instanceapi"
 )
@@ -301,7 +303,11 @@ func (m *Manager) analyzeAfterUpgrade(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	databases, err := collectStrings(ctx, conn, `SELECT datname FROM pg_database WHERE datallowconn ORDER BY datname`)
+	var databases []string
+	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datallowconn ORDER BY datname`)
+	if err == nil {
+		databases, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
 	_ = conn.Close(ctx)
 	if err != nil {
 		return err
@@ -329,7 +335,11 @@ func (m *Manager) analyzeDatabase(ctx context.Context, db string) error {
 	}
 	defer func() { _ = conn.Close(ctx) }()
 	if m.opts.MajorVersion >= 18 {
-		relations, err := collectStrings(ctx, conn, missingStatistics)
+		rows, err := conn.Query(ctx, missingStatistics)
+		if err != nil {
+			return err
+		}
+		relations, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
 			return err
 		}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5"
+
+	"tusk.dev/tusk/internal/instance/fsutil"
 )
 
 // Mode is how pg_upgrade carries the user's data files into the new data
@@ -143,25 +145,7 @@ func writeState(dataDir string, st State) error {
 	if err != nil {
 		return err
 	}
-	tmp := statePath(dataDir) + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, statePath(dataDir)); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(dataDir))
-}
-
-// syncDir makes the renames in dir durable before the next step relies on
-// them.
-func syncDir(dir string) error {
-	d, err := os.Open(dir) //nolint:gosec // the data volume
-	if err != nil {
-		return err
-	}
-	defer func() { _ = d.Close() }()
-	return d.Sync()
+	return fsutil.WriteFileAtomically(statePath(dataDir), data)
 }
 
 func (p *Plan) defaults() {
@@ -323,7 +307,7 @@ func Rollback(dataDir string) error {
 	if err := os.RemoveAll(newDir(dataDir)); err != nil {
 		return err
 	}
-	if err := syncDir(filepath.Dir(dataDir)); err != nil {
+	if err := fsutil.SyncDir(filepath.Dir(dataDir)); err != nil {
 		return err
 	}
 	return os.Remove(statePath(dataDir))

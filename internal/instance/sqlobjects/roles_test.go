@@ -1,7 +1,6 @@
-package instance
+package sqlobjects
 
 import (
-	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -151,7 +150,7 @@ func TestPlanRole(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			plan, err := planRole(c.req, "owner", c.obs, c.verifier)
 			if c.refusal != "" {
-				if applyStatus(err) != http.StatusUnprocessableEntity || !strings.Contains(err.Error(), c.refusal) {
+				if httpStatus(err) != http.StatusUnprocessableEntity || !strings.Contains(err.Error(), c.refusal) {
 					t.Fatalf("want a refusal with %q, got %v (plan %v)", c.refusal, err, plan)
 				}
 				return
@@ -204,7 +203,7 @@ func TestPlanRoleCertificateLogin(t *testing.T) {
 			name:    "added, the group missing",
 			req:     instanceapi.RoleRequest{Name: "app", CertificateLogin: true},
 			obs:     observedRole{exists: true, attrs: defaultAttrs},
-			want:    []string{createCertificateLoginGroup, `GRANT "tusk_cert_login" TO "app"`},
+			want:    []string{CreateCertificateLoginGroup, `GRANT "tusk_cert_login" TO "app"`},
 			changes: []string{"created role tusk_cert_login", "granted certificate login"},
 		},
 		{
@@ -252,7 +251,7 @@ func TestPlanRoleCertificateLogin(t *testing.T) {
 	}
 	// The group is Tusk's: not one of InRoles, nor a role to manage.
 	for _, req := range []instanceapi.RoleRequest{{Name: "app", InRoles: []string{group}}, {Name: group}} {
-		if _, err := planRole(req, "owner", observedRole{}, ""); applyStatus(err) != http.StatusUnprocessableEntity {
+		if _, err := planRole(req, "owner", observedRole{}, ""); httpStatus(err) != http.StatusUnprocessableEntity {
 			t.Errorf("%+v: %v, want a refusal", req, err)
 		}
 	}
@@ -291,7 +290,7 @@ func TestSplitSettingList(t *testing.T) {
 }
 
 func TestVerifies(t *testing.T) {
-	v, err := scramVerifier("right")
+	v, err := ScramVerifier("right")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,18 +300,5 @@ func TestVerifies(t *testing.T) {
 	md5 := "md5" + strings.Repeat("0", 32)
 	if verifies(nil, "right") || verifies(&md5, "right") {
 		t.Error("no password or an MD5 hash verifies a password")
-	}
-}
-
-func TestApplyStatus(t *testing.T) {
-	for err, want := range map[error]int{
-		refuse("no"):      http.StatusUnprocessableEntity,
-		errNotWritable:    http.StatusConflict,
-		errPostgresDown:   http.StatusServiceUnavailable,
-		errors.New("sql"): http.StatusInternalServerError,
-	} {
-		if got := applyStatus(err); got != want {
-			t.Errorf("applyStatus(%v) = %d, want %d", err, got, want)
-		}
 	}
 }

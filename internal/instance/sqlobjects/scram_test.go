@@ -1,4 +1,4 @@
-package instance
+package sqlobjects
 
 import (
 	"strings"
@@ -24,8 +24,8 @@ const (
 )
 
 func TestScramVerifierSaltsEachTime(t *testing.T) {
-	a, _ := scramVerifier("secret")
-	b, _ := scramVerifier("secret")
+	a, _ := ScramVerifier("secret")
+	b, _ := ScramVerifier("secret")
 	if a == b || !strings.HasPrefix(a, "SCRAM-SHA-256$4096:") {
 		t.Fatalf("verifiers %q and %q: want distinct salts and the PostgreSQL format", a, b)
 	}
@@ -34,14 +34,14 @@ func TestScramVerifierSaltsEachTime(t *testing.T) {
 // TestRedactVerifiers: a verifier in a tool's output is replaced, quoted or
 // not; the rest of the output stays.
 func TestRedactVerifiers(t *testing.T) {
-	v, err := scramVerifier("secret")
+	v, err := ScramVerifier("secret")
 	if err != nil {
 		t.Fatal(err)
 	}
 	in := "ERROR:  role \"x\" does not exist\nSTATEMENT:  ALTER ROLE x PASSWORD '" + v + "'\nbare " + v + " end"
-	got := redactVerifiers(in)
+	got := RedactVerifiers(in)
 	if strings.Contains(got, v) || strings.Count(got, "SCRAM-SHA-256$<redacted>") != 2 ||
 		!strings.Contains(got, `role "x" does not exist`) || !strings.HasSuffix(got, " end") {
-		t.Errorf("redactVerifiers(%q) = %q", in, got)
+		t.Errorf("RedactVerifiers(%q) = %q", in, got)
 	}
 }

@@ -1,4 +1,4 @@
-package instance
+package sqlobjects
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"tusk.dev/tusk/internal/instance/fsutil"
 	"tusk.dev/tusk/internal/instanceapi"
 )
 
@@ -40,7 +41,7 @@ type subscriptionState struct {
 // connInfo is req's with its CA file's path in place of "$CA";
 // publications are req's, sorted and without duplicates.
 func planSubscription(req instanceapi.SubscriptionRequest, connInfo string, publications []string, current subscriptionState) []logicalStep {
-	name := ident(req.Name)
+	name := Ident(req.Name)
 	if req.Ensure == instanceapi.EnsureAbsent {
 		if current.exists {
 			return []logicalStep{{sql: "DROP SUBSCRIPTION " + name, change: "dropped subscription " + req.Name}}
@@ -50,7 +51,7 @@ func planSubscription(req instanceapi.SubscriptionRequest, connInfo string, publ
 	enabled := req.Enabled == nil || *req.Enabled
 	if !current.exists {
 		step := logicalStep{
-			sql:    "CREATE SUBSCRIPTION " + name + " CONNECTION " + literal(connInfo) + " PUBLICATION " + identList(publications),
+			sql:    "CREATE SUBSCRIPTION " + name + " CONNECTION " + Literal(connInfo) + " PUBLICATION " + identList(publications),
 			change: "created subscription " + req.Name + " to publication " + strings.Join(publications, ", "),
 		}
 		if !enabled {
@@ -61,7 +62,7 @@ func planSubscription(req instanceapi.SubscriptionRequest, connInfo string, publ
 	}
 	var steps []logicalStep
 	if current.connInfo != connInfo {
-		steps = append(steps, logicalStep{sql: "ALTER SUBSCRIPTION " + name + " CONNECTION " + literal(connInfo),
+		steps = append(steps, logicalStep{sql: "ALTER SUBSCRIPTION " + name + " CONNECTION " + Literal(connInfo),
 			change: "changed the connection of subscription " + req.Name})
 	}
 	if enabled && !current.enabled {
@@ -86,7 +87,7 @@ func planSubscription(req instanceapi.SubscriptionRequest, connInfo string, publ
 func identList(names []string) string {
 	quoted := make([]string, len(names))
 	for i, n := range names {
-		quoted[i] = ident(n)
+		quoted[i] = Ident(n)
 	}
 	return strings.Join(quoted, ", ")
 }
@@ -95,12 +96,12 @@ func identList(names []string) string {
 // database. PostgreSQL creates its slot on the publisher, named after it,
 // and drops it with the subscription: a drop that cannot reach the
 // publisher is refused rather than leave the slot behind unseen.
-func (m *Manager) ApplySubscription(ctx context.Context, req instanceapi.SubscriptionRequest) (instanceapi.ApplyResult, error) {
+func (o *Objects) ApplySubscription(ctx context.Context, req instanceapi.SubscriptionRequest) (instanceapi.ApplyResult, error) {
 	publications, err := validateSubscription(req)
 	if err != nil {
 		return instanceapi.ApplyResult{}, err
 	}
-	conn, err := m.connectWritable(ctx, req.Database)
+	conn, err := o.port.ConnectWritable(ctx, req.Database)
 	if nothingToDrop(req.Ensure, err) {
 		return instanceapi.ApplyResult{}, nil
 	}
@@ -110,23 +111,23 @@ func (m *Manager) ApplySubscription(ctx context.Context, req instanceapi.Subscri
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	// The statements hold the connection string, password included: keep
 	// them out of the server's log, also when one fails.
-	if err := quietRoleStatements(ctx, conn); err != nil {
+	if err := QuietRoleStatements(ctx, conn); err != nil {
 		return instanceapi.ApplyResult{}, err
 	}
 	current, err := querySubscription(ctx, conn, req.Name)
 	if err != nil {
 		return instanceapi.ApplyResult{}, err
 	}
-	caPath := m.subscriptionCAPath(req.Database, req.Name)
+	caPath := o.subscriptionCAPath(req.Database, req.Name)
 	res := instanceapi.ApplyResult{}
 	if req.Ensure != instanceapi.EnsureAbsent && req.CAPEM != "" {
-		if res, err = m.writeSubscriptionCA(caPath, req); err != nil {
+		if res, err = o.writeSubscriptionCA(caPath, req); err != nil {
 			return res, err
 		}
 	}
 	connInfo := strings.ReplaceAll(req.ConnInfo, caPlaceholder, caPath)
 	steps := planSubscription(req, connInfo, publications, current)
-	done, err := m.runLogicalSteps(ctx, conn, req.Database, steps, func(err error) error {
+	done, err := o.runLogicalSteps(ctx, conn, req.Database, steps, func(err error) error {
 		return explainSubscriptionError(err, req, current, connInfo)
 	})
 	res.Statements += done.Statements
@@ -196,12 +197,12 @@ func querySubscription(ctx context.Context, conn *pgx.Conn, name string) (subscr
 // in the run directory: it is no part of the data, and a backup or a
 // replica has no use for it. The database is in the name because
 // subscriptions of the same name may exist in two databases.
-func (m *Manager) subscriptionCAPath(database, name string) string {
+func (o *Objects) subscriptionCAPath(database, name string) string {
 	db := database
 	if !plainFileName.MatchString(db) {
 		db = fmt.Sprintf("%x", database) // no quote, slash or space in the path, which goes into a connection string
 	}
-	return filepath.Join(m.opts.RunDir, "subscriptions", db+"."+name+".ca.crt")
+	return filepath.Join(o.port.RunDir, "subscriptions", db+"."+name+".ca.crt")
 }
 
 // plainFileName needs no quoting in a file name nor a connection string.
@@ -209,45 +210,24 @@ var plainFileName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
 // writeSubscriptionCA writes req.CAPEM to path (0600, atomically) when
 // it differs from what the file holds.
-func (m *Manager) writeSubscriptionCA(path string, req instanceapi.SubscriptionRequest) (instanceapi.ApplyResult, error) {
+func (o *Objects) writeSubscriptionCA(path string, req instanceapi.SubscriptionRequest) (instanceapi.ApplyResult, error) {
 	old, err := os.ReadFile(path) //nolint:gosec // in the run directory, named by a validated subscription name
 	if err == nil && bytes.Equal(old, []byte(req.CAPEM)) {
 		return instanceapi.ApplyResult{}, nil
 	}
 	change := "wrote the CA certificate of subscription " + req.Name
-	m.log.Info("Writing the CA certificate of subscription "+req.Name, "path", path)
-	if err := writeFileAtomically(path, []byte(req.CAPEM)); err != nil {
+	o.port.Log.Info("Writing the CA certificate of subscription "+req.Name, "path", path)
+	if err := fsutil.WriteFileAtomically(path, []byte(req.CAPEM)); err != nil {
 		return instanceapi.ApplyResult{}, fmt.Errorf("while writing the CA certificate of subscription %s: %w", req.Name, err)
 	}
 	return instanceapi.ApplyResult{Changes: []string{change}}, nil
-}
-
-// writeFileAtomically writes data to path with mode 0600 through a
-// temporary file renamed into place, creating the directory (0700).
-func writeFileAtomically(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }() // after the rename, nothing
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if err = errors.Join(err, tmp.Close()); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // explainSubscriptionError scrubs the connection string from a failed
 // statement's error, and turns a publisher that cannot be reached into a
 // refusal that says what to do.
 func explainSubscriptionError(err error, req instanceapi.SubscriptionRequest, current subscriptionState, connInfo string) error {
-	msg := redactConnInfo(err.Error(), connInfo, req.ConnInfo)
+	msg := RedactConnInfo(err.Error(), connInfo, req.ConnInfo)
 	pgErr, ok := errors.AsType[*pgconn.PgError](err)
 	if !ok {
 		return errors.New(msg)
@@ -272,16 +252,16 @@ func explainSubscriptionError(err error, req instanceapi.SubscriptionRequest, cu
 // user:password@ or password= parameter.
 var connInfoPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)|(://[^:@/\s]*:)([^@\s]*)(@)`)
 
-// redactConnInfo removes connection strings and their passwords from s:
+// RedactConnInfo removes connection strings and their passwords from s:
 // each of connInfos whole, then their passwords wherever they appear,
 // then anything else that looks like a password setting.
-func redactConnInfo(s string, connInfos ...string) string {
+func RedactConnInfo(s string, connInfos ...string) string {
 	unquote := strings.NewReplacer(`\'`, `'`, `\\`, `\`)
 	for _, c := range connInfos {
 		if c == "" {
 			continue
 		}
-		s = strings.ReplaceAll(s, literal(c), "<connection>")
+		s = strings.ReplaceAll(s, Literal(c), "<connection>")
 		s = strings.ReplaceAll(s, c, "<connection>")
 		for _, m := range connInfoPassword.FindAllStringSubmatch(c, -1) {
 			quoted := strings.HasPrefix(m[2], "'")

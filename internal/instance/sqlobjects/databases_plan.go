@@ -1,4 +1,4 @@
-package instance
+package sqlobjects
 
 import (
 	"fmt"
@@ -129,7 +129,7 @@ func planDrop(req instanceapi.DatabaseRequest, obs serverObservation) ([]sqlStep
 	if obs.database == nil {
 		return nil, nil
 	}
-	sql := "DROP DATABASE " + ident(req.Name)
+	sql := "DROP DATABASE " + Ident(req.Name)
 	if obs.sessions > 0 {
 		if !req.ForceDrop {
 			return nil, refuse("database %s has %d open sessions; forceDrop ends them", req.Name, obs.sessions)
@@ -206,18 +206,18 @@ func connectionLimit(limit *int32) int32 {
 }
 
 func createDatabase(req instanceapi.DatabaseRequest) sqlStep {
-	sql := "CREATE DATABASE " + ident(req.Name)
+	sql := "CREATE DATABASE " + Ident(req.Name)
 	if req.Owner != "" {
-		sql += " OWNER " + ident(req.Owner)
+		sql += " OWNER " + Ident(req.Owner)
 	}
 	if req.Encoding != "" {
-		sql += " ENCODING " + literal(req.Encoding)
+		sql += " ENCODING " + Literal(req.Encoding)
 	}
 	if req.Locale != "" {
-		sql += " LOCALE " + literal(req.Locale)
+		sql += " LOCALE " + Literal(req.Locale)
 	}
 	if req.Template != "" {
-		sql += " TEMPLATE " + ident(req.Template)
+		sql += " TEMPLATE " + Ident(req.Template)
 	}
 	if limit := connectionLimit(req.ConnectionLimit); limit != -1 {
 		sql += " CONNECTION LIMIT " + strconv.Itoa(int(limit))
@@ -231,9 +231,9 @@ func createDatabase(req instanceapi.DatabaseRequest) sqlStep {
 // at creation only.
 func alterDatabase(req instanceapi.DatabaseRequest, db observedDatabase) []sqlStep {
 	var steps []sqlStep
-	name := ident(req.Name)
+	name := Ident(req.Name)
 	if req.Owner != "" && req.Owner != db.owner {
-		steps = append(steps, sqlStep{sql: "ALTER DATABASE " + name + " OWNER TO " + ident(req.Owner),
+		steps = append(steps, sqlStep{sql: "ALTER DATABASE " + name + " OWNER TO " + Ident(req.Owner),
 			action: "Changing the database owner", kv: []any{"database", req.Name, "owner", req.Owner, "was", db.owner},
 			change: fmt.Sprintf("set owner of database %s to %s", req.Name, req.Owner)})
 	}
@@ -300,14 +300,14 @@ func planSchema(s instanceapi.SchemaRequest, dbOwner string, obs databaseObserva
 	}
 	seen, ok := obs.schemas[s.Name]
 	if !ok {
-		return []sqlStep{{sql: "CREATE SCHEMA " + ident(s.Name) + " AUTHORIZATION " + ident(owner),
+		return []sqlStep{{sql: "CREATE SCHEMA " + Ident(s.Name) + " AUTHORIZATION " + Ident(owner),
 			action: "Creating schema", kv: []any{"schema", s.Name, "owner", owner},
 			change: fmt.Sprintf("created schema %s owned by %s", s.Name, owner)}}
 	}
 	if seen.owner == owner {
 		return nil
 	}
-	return []sqlStep{{sql: "ALTER SCHEMA " + ident(s.Name) + " OWNER TO " + ident(owner),
+	return []sqlStep{{sql: "ALTER SCHEMA " + Ident(s.Name) + " OWNER TO " + Ident(owner),
 		action: "Changing the schema owner", kv: []any{"schema", s.Name, "owner", owner, "was", seen.owner},
 		change: fmt.Sprintf("set owner of schema %s to %s", s.Name, owner)}}
 }
@@ -320,7 +320,7 @@ func planExtensions(req instanceapi.DatabaseRequest, obs databaseObservation) (c
 		switch {
 		case absent(e.Ensure):
 			if exists {
-				drops = append(drops, sqlStep{sql: "DROP EXTENSION " + ident(e.Name),
+				drops = append(drops, sqlStep{sql: "DROP EXTENSION " + Ident(e.Name),
 					action: "Dropping extension", kv: []any{"extension", e.Name},
 					change: "dropped extension " + e.Name})
 			}
@@ -346,13 +346,13 @@ func schemaWillExist(name string, req instanceapi.DatabaseRequest, obs databaseO
 }
 
 func createExtension(e instanceapi.ExtensionRequest) sqlStep {
-	sql, change := "CREATE EXTENSION "+ident(e.Name), "created extension "+e.Name
+	sql, change := "CREATE EXTENSION "+Ident(e.Name), "created extension "+e.Name
 	if e.Schema != "" {
-		sql += " WITH SCHEMA " + ident(e.Schema)
+		sql += " WITH SCHEMA " + Ident(e.Schema)
 		change += " in schema " + e.Schema
 	}
 	if e.Version != "" {
-		sql += " VERSION " + literal(e.Version)
+		sql += " VERSION " + Literal(e.Version)
 		change += " version " + e.Version
 	}
 	return sqlStep{sql: sql, action: "Creating extension", kv: []any{"extension", e.Name, "version", e.Version, "schema", e.Schema},
@@ -362,12 +362,12 @@ func createExtension(e instanceapi.ExtensionRequest) sqlStep {
 func alterExtension(e instanceapi.ExtensionRequest, seen observedExtension) []sqlStep {
 	var steps []sqlStep
 	if e.Version != "" && e.Version != seen.version {
-		steps = append(steps, sqlStep{sql: "ALTER EXTENSION " + ident(e.Name) + " UPDATE TO " + literal(e.Version),
+		steps = append(steps, sqlStep{sql: "ALTER EXTENSION " + Ident(e.Name) + " UPDATE TO " + Literal(e.Version),
 			action: "Updating extension", kv: []any{"extension", e.Name, "version", e.Version, "was", seen.version},
 			change: fmt.Sprintf("updated extension %s from version %s to %s", e.Name, seen.version, e.Version)})
 	}
 	if e.Schema != "" && e.Schema != seen.schema {
-		steps = append(steps, sqlStep{sql: "ALTER EXTENSION " + ident(e.Name) + " SET SCHEMA " + ident(e.Schema),
+		steps = append(steps, sqlStep{sql: "ALTER EXTENSION " + Ident(e.Name) + " SET SCHEMA " + Ident(e.Schema),
 			action: "Moving extension", kv: []any{"extension", e.Name, "schema", e.Schema, "was", seen.schema},
 			change: fmt.Sprintf("moved extension %s from schema %s to %s", e.Name, seen.schema, e.Schema)})
 	}
@@ -390,7 +390,7 @@ func dropSchema(name string, req instanceapi.DatabaseRequest, obs databaseObserv
 	if held > 0 {
 		return nil, refuse("schema %s holds %d objects; drop or move them first (a managed schema is never dropped with CASCADE)", name, held)
 	}
-	return []sqlStep{{sql: "DROP SCHEMA " + ident(name), action: "Dropping schema", kv: []any{"schema", name},
+	return []sqlStep{{sql: "DROP SCHEMA " + Ident(name), action: "Dropping schema", kv: []any{"schema", name},
 		change: "dropped schema " + name}}, nil
 }
 

@@ -1,4 +1,4 @@
-package instance
+package sqlobjects
 
 import (
 	"errors"
@@ -99,7 +99,7 @@ func TestValidatePublication(t *testing.T) {
 		{Name: "p", Database: "app", AllTables: true, Ensure: "maybe"},
 		{Name: strings.Repeat("p", 64), Database: "app", AllTables: true},
 	} {
-		if err := validatePublication(req); applyStatus(err) != http.StatusUnprocessableEntity {
+		if err := validatePublication(req); httpStatus(err) != http.StatusUnprocessableEntity {
 			t.Errorf("validatePublication(%+v) = %v, want a refusal", req, err)
 		}
 	}
@@ -179,7 +179,7 @@ func TestValidateSubscription(t *testing.T) {
 	for name, change := range bad {
 		r := good
 		change(&r)
-		if _, err := validateSubscription(r); applyStatus(err) != http.StatusUnprocessableEntity {
+		if _, err := validateSubscription(r); httpStatus(err) != http.StatusUnprocessableEntity {
 			t.Errorf("%s: validateSubscription = %v, want a refusal", name, err)
 		}
 	}
@@ -194,14 +194,14 @@ func TestValidateSubscription(t *testing.T) {
 // rewritten only when its content changes, its path in place of $CA.
 func TestSubscriptionCA(t *testing.T) {
 	run := t.TempDir()
-	m := &Manager{opts: Options{RunDir: run}, log: logr.Discard()}
+	o := New(Port{RunDir: run, Log: logr.Discard()})
 	req := instanceapi.SubscriptionRequest{Name: "sub", Database: "app", CAPEM: "one",
 		ConnInfo: "host=pub sslmode=verify-full sslrootcert=$CA password=x"}
-	path := m.subscriptionCAPath(req.Database, req.Name)
+	path := o.subscriptionCAPath(req.Database, req.Name)
 	if want := filepath.Join(run, "subscriptions", "app.sub.ca.crt"); path != want {
 		t.Errorf("path = %s, want %s", path, want)
 	}
-	if odd := m.subscriptionCAPath("my db's", "sub"); strings.ContainsAny(filepath.Base(odd), " '/") {
+	if odd := o.subscriptionCAPath("my db's", "sub"); strings.ContainsAny(filepath.Base(odd), " '/") {
 		t.Errorf("path %s needs quoting in a connection string", odd)
 	}
 	if got := strings.ReplaceAll(req.ConnInfo, caPlaceholder, path); got != "host=pub sslmode=verify-full sslrootcert="+path+" password=x" {
@@ -209,7 +209,7 @@ func TestSubscriptionCA(t *testing.T) {
 	}
 	write := func(pem string) []string {
 		req.CAPEM = pem
-		res, err := m.writeSubscriptionCA(path, req)
+		res, err := o.writeSubscriptionCA(path, req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -246,10 +246,10 @@ func TestRedactConnInfo(t *testing.T) {
 		{"postgres://u:p4ss@h/db?sslmode=disable", "could not connect: postgres://u:p4ss@h/db (p4ss)"},
 		{"host=a", "ERROR: password=leak&x from elsewhere"},
 	} {
-		got := redactConnInfo(tt.msg, tt.conn)
+		got := RedactConnInfo(tt.msg, tt.conn)
 		for _, secret := range []string{"s3cr3t", "s q x", "p4ss", "leak"} {
 			if strings.Contains(got, secret) {
-				t.Errorf("redactConnInfo(%q) = %q: shows %q", tt.msg, got, secret)
+				t.Errorf("RedactConnInfo(%q) = %q: shows %q", tt.msg, got, secret)
 			}
 		}
 	}
@@ -259,7 +259,7 @@ func TestExplainSubscriptionError(t *testing.T) {
 	drop := instanceapi.SubscriptionRequest{Name: "sub", Database: "app", Ensure: instanceapi.EnsureAbsent}
 	unreachable := &pgconn.PgError{Code: "08006", Message: "could not connect to publisher when attempting to drop replication slot \"sub\": password=hunter2"}
 	err := explainSubscriptionError(unreachable, drop, subscriptionState{exists: true, slot: "sub"}, "host=p password=hunter2")
-	if applyStatus(err) != http.StatusUnprocessableEntity {
+	if httpStatus(err) != http.StatusUnprocessableEntity {
 		t.Errorf("unreachable publisher on drop: %v, want a refusal", err)
 	}
 	for _, want := range []string{"not dropped", "SET (slot_name = NONE)", "pg_drop_replication_slot('sub')"} {
@@ -271,23 +271,23 @@ func TestExplainSubscriptionError(t *testing.T) {
 		t.Errorf("%q shows the password", err)
 	}
 	other := explainSubscriptionError(errors.New("conn closed"), drop, subscriptionState{}, "")
-	if applyStatus(other) != http.StatusInternalServerError {
+	if httpStatus(other) != http.StatusInternalServerError {
 		t.Errorf("a broken session: %v, want an internal error", other)
 	}
 }
 
 func TestLogicalStatusCode(t *testing.T) {
 	for err, want := range map[error]int{
-		errNotWritable: http.StatusConflict,
+		ErrNotWritable: http.StatusConflict,
 		fmt.Errorf("while applying: %w", &refusal{reason: "no"}):     http.StatusUnprocessableEntity,
-		fmt.Errorf("%w: %w", errPostgresDown, errors.New("refused")): http.StatusServiceUnavailable,
+		fmt.Errorf("%w: %w", ErrPostgresDown, errors.New("refused")): http.StatusServiceUnavailable,
 		classifyPostgresError(&pgconn.PgError{Code: "42P01"}):        http.StatusUnprocessableEntity,
 		classifyPostgresError(&pgconn.PgError{Code: "57P01"}):        http.StatusServiceUnavailable,
 		classifyPostgresError(&pgconn.PgError{Code: "53100"}):        http.StatusInternalServerError,
 		classifyPostgresError(errors.New("unexpected EOF")):          http.StatusInternalServerError,
 	} {
-		if got := applyStatus(err); got != want {
-			t.Errorf("applyStatus(%v) = %d, want %d", err, got, want)
+		if got := httpStatus(err); got != want {
+			t.Errorf("httpStatus(%v) = %d, want %d", err, got, want)
 		}
 	}
 }

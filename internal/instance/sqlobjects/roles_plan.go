@@ -1,4 +1,4 @@
-package instance
+package sqlobjects
 
 import (
 	"fmt"
@@ -89,7 +89,7 @@ func checkRoleRequest(req instanceapi.RoleRequest, owner string) error {
 		if to == req.Name {
 			return refuse("role %s cannot reassign what it owns to itself", req.Name)
 		}
-		if isReservedRole(to) {
+		if IsReservedRole(to) {
 			return refuse("role %s cannot reassign what it owns to %s: a role reserved to Tusk or PostgreSQL", req.Name, to)
 		}
 	}
@@ -114,7 +114,7 @@ func checkManagedRoleName(name, owner string) error {
 	switch {
 	case name == "":
 		return refuse("the role needs a name")
-	case isReservedRole(name):
+	case IsReservedRole(name):
 		return refuse("role %s is reserved to Tusk or PostgreSQL: it cannot be managed", name)
 	case name == owner:
 		return refuse("role %s is the cluster's owner: Tusk manages it, and its password comes from the cluster's Secret", name)
@@ -122,7 +122,9 @@ func checkManagedRoleName(name, owner string) error {
 	return nil
 }
 
-func isReservedRole(name string) bool {
+// IsReservedRole says whether name is Tusk's or PostgreSQL's (pg_*): no
+// declared role may be it.
+func IsReservedRole(name string) bool {
 	return slices.Contains(instanceapi.ReservedRoles, name) || strings.HasPrefix(name, "pg_")
 }
 
@@ -159,7 +161,7 @@ func planRole(req instanceapi.RoleRequest, owner string, obs observedRole, verif
 		return nil, refuse("role %s cannot be a member of roles that do not exist: %s", req.Name, strings.Join(obs.missing, ", "))
 	}
 	want, _ := desiredAttrs(req)
-	name := ident(req.Name)
+	name := Ident(req.Name)
 	var plan []statement
 	if !obs.exists {
 		plan = append(plan, statement{sql: "CREATE ROLE " + name + " WITH " + strings.Join(attrClauses(want), " "),
@@ -168,7 +170,7 @@ func planRole(req instanceapi.RoleRequest, owner string, obs observedRole, verif
 		plan = append(plan, alterAttrs(req.Name, obs.attrs, want)...)
 	}
 	if req.Password != nil && (!obs.exists || !obs.passwordMatches) {
-		plan = append(plan, statement{sql: "ALTER ROLE " + name + " PASSWORD " + literal(verifier),
+		plan = append(plan, statement{sql: "ALTER ROLE " + name + " PASSWORD " + Literal(verifier),
 			action: "Setting the role's password", change: "set the password"})
 	}
 	plan = append(plan, planMemberships(req, obs.inRoles)...)
@@ -186,13 +188,13 @@ func planCertificateLogin(req instanceapi.RoleRequest, obs observedRole) []state
 	case req.CertificateLogin && !member:
 		var plan []statement
 		if !obs.certificateGroupExists {
-			plan = append(plan, statement{sql: createCertificateLoginGroup,
+			plan = append(plan, statement{sql: CreateCertificateLoginGroup,
 				action: "Creating the certificate login group", change: "created role " + group})
 		}
-		return append(plan, statement{sql: "GRANT " + ident(group) + " TO " + ident(req.Name),
+		return append(plan, statement{sql: "GRANT " + Ident(group) + " TO " + Ident(req.Name),
 			action: "Granting certificate login", change: "granted certificate login"})
 	case !req.CertificateLogin && member:
-		return []statement{{sql: "REVOKE " + ident(group) + " FROM " + ident(req.Name),
+		return []statement{{sql: "REVOKE " + Ident(group) + " FROM " + Ident(req.Name),
 			action: "Revoking certificate login", change: "revoked certificate login"}}
 	}
 	return nil
@@ -201,22 +203,24 @@ func planCertificateLogin(req instanceapi.RoleRequest, obs observedRole) []state
 // attrClauses are the clauses of CREATE ROLE ... WITH for a.
 func attrClauses(a roleAttrs) []string {
 	return []string{
-		flag(a.login, "LOGIN"), flag(a.superuser, "SUPERUSER"), flag(a.createDB, "CREATEDB"),
-		flag(a.createRole, "CREATEROLE"), flag(a.replication, "REPLICATION"), flag(a.bypassRLS, "BYPASSRLS"),
-		flag(a.inherit, "INHERIT"), connLimitClause(a.connLimit), validUntilClause(a.validUntil),
+		Flag(a.login, "LOGIN"), Flag(a.superuser, "SUPERUSER"), Flag(a.createDB, "CREATEDB"),
+		Flag(a.createRole, "CREATEROLE"), Flag(a.replication, "REPLICATION"), Flag(a.bypassRLS, "BYPASSRLS"),
+		Flag(a.inherit, "INHERIT"), ConnLimitClause(a.connLimit), validUntilClause(a.validUntil),
 	}
 }
 
-func flag(on bool, keyword string) string {
+// Flag is a role attribute's clause: keyword, or NOkeyword when off.
+func Flag(on bool, keyword string) string {
 	if on {
 		return keyword
 	}
 	return "NO" + keyword
 }
 
-func connLimitClause(n int32) string { return "CONNECTION LIMIT " + strconv.Itoa(int(n)) }
+// ConnLimitClause is a role's CONNECTION LIMIT clause.
+func ConnLimitClause(n int32) string { return "CONNECTION LIMIT " + strconv.Itoa(int(n)) }
 
-func validUntilClause(t *time.Time) string { return "VALID UNTIL " + literal(validUntilText(t)) }
+func validUntilClause(t *time.Time) string { return "VALID UNTIL " + Literal(validUntilText(t)) }
 
 func validUntilText(t *time.Time) string {
 	if t == nil {
@@ -229,7 +233,7 @@ func validUntilText(t *time.Time) string {
 func alterAttrs(role string, have, want roleAttrs) []statement {
 	var plan []statement
 	alter := func(clause string) {
-		plan = append(plan, statement{sql: "ALTER ROLE " + ident(role) + " WITH " + clause,
+		plan = append(plan, statement{sql: "ALTER ROLE " + Ident(role) + " WITH " + clause,
 			action: "Altering role", change: "set " + clause})
 	}
 	flags := []struct {
@@ -243,11 +247,11 @@ func alterAttrs(role string, have, want roleAttrs) []statement {
 	}
 	for _, f := range flags {
 		if f.have != f.want {
-			alter(flag(f.want, f.keyword))
+			alter(Flag(f.want, f.keyword))
 		}
 	}
 	if have.connLimit != want.connLimit {
-		alter(connLimitClause(want.connLimit))
+		alter(ConnLimitClause(want.connLimit))
 	}
 	if !sameValidUntil(have.validUntil, want.validUntil) {
 		alter(validUntilClause(want.validUntil))
@@ -271,14 +275,14 @@ func planMemberships(req instanceapi.RoleRequest, have []string) []statement {
 	slices.Sort(want)
 	for _, r := range slices.Compact(want) {
 		if !slices.Contains(have, r) {
-			plan = append(plan, statement{sql: "GRANT " + ident(r) + " TO " + ident(req.Name),
+			plan = append(plan, statement{sql: "GRANT " + Ident(r) + " TO " + Ident(req.Name),
 				action: "Granting role membership", change: "granted membership in " + r})
 		}
 	}
 	have = slices.Sorted(slices.Values(have))
 	for _, r := range have {
 		if !slices.Contains(want, r) && r != instanceapi.CertificateLoginRole {
-			plan = append(plan, statement{sql: "REVOKE " + ident(r) + " FROM " + ident(req.Name),
+			plan = append(plan, statement{sql: "REVOKE " + Ident(r) + " FROM " + Ident(req.Name),
 				action: "Revoking role membership", change: "revoked membership in " + r})
 		}
 	}
@@ -299,12 +303,12 @@ func planSettings(req instanceapi.RoleRequest, stored []string) []statement {
 		if old, ok := have[k]; ok && sameSetting(k, old, v) {
 			continue
 		}
-		plan = append(plan, statement{sql: "ALTER ROLE " + ident(req.Name) + " SET " + settingName(k) + " = " + settingValue(k, v),
+		plan = append(plan, statement{sql: "ALTER ROLE " + Ident(req.Name) + " SET " + SettingName(k) + " = " + SettingValue(k, v),
 			action: "Altering role", change: fmt.Sprintf("set parameter %s to %s", k, v)})
 	}
 	for _, k := range slices.Sorted(maps.Keys(have)) {
 		if _, ok := req.Parameters[k]; !ok {
-			plan = append(plan, statement{sql: "ALTER ROLE " + ident(req.Name) + " RESET " + settingName(k),
+			plan = append(plan, statement{sql: "ALTER ROLE " + Ident(req.Name) + " RESET " + SettingName(k),
 				action: "Altering role", change: "reset parameter " + k})
 		}
 	}
@@ -318,7 +322,7 @@ func planDropRole(req instanceapi.RoleRequest, obs observedRole) ([]statement, e
 	if !obs.exists {
 		return nil, nil
 	}
-	name := ident(req.Name)
+	name := Ident(req.Name)
 	var plan []statement
 	if len(obs.owns) > 0 {
 		if req.ReassignOwnedTo == "" {
@@ -334,7 +338,7 @@ func planDropRole(req instanceapi.RoleRequest, obs observedRole) ([]statement, e
 				on = "" // in the apply's own transaction
 			}
 			plan = append(plan,
-				statement{sql: "REASSIGN OWNED BY " + name + " TO " + ident(req.ReassignOwnedTo), database: on,
+				statement{sql: "REASSIGN OWNED BY " + name + " TO " + Ident(req.ReassignOwnedTo), database: on,
 					action: "Reassigning what the role owns", change: fmt.Sprintf("reassigned what %s owns in database %s to %s", req.Name, db, req.ReassignOwnedTo)},
 				statement{sql: "DROP OWNED BY " + name, database: on,
 					action: "Dropping the role's privileges", change: fmt.Sprintf("dropped the privileges of %s in database %s", req.Name, db)})

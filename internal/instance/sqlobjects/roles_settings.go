@@ -1,4 +1,4 @@
-package instance
+package sqlobjects
 
 import (
 	"slices"
@@ -12,20 +12,20 @@ import (
 // identifier when needed, so their values are compared item by item.
 var listSettings = []string{"search_path", "temp_tablespaces", "local_preload_libraries", "session_preload_libraries"}
 
-// settingName is a parameter's name in SQL, each part quoted.
-func settingName(name string) string {
+// SettingName is a parameter's name in SQL, each part quoted.
+func SettingName(name string) string {
 	return pgx.Identifier(strings.Split(name, ".")).Sanitize()
 }
 
-// settingValue is a parameter's value in ALTER ROLE ... SET: one literal,
+// SettingValue is a parameter's value in ALTER ROLE ... SET: one literal,
 // or one per item of a list parameter.
-func settingValue(name, value string) string {
+func SettingValue(name, value string) string {
 	if !slices.Contains(listSettings, name) {
-		return literal(value)
+		return Literal(value)
 	}
 	items := splitSettingList(value)
 	for i, item := range items {
-		items[i] = literal(item)
+		items[i] = Literal(item)
 	}
 	return strings.Join(items, ", ")
 }

@@ -1,4 +1,4 @@
-package instance
+package sqlobjects
 
 import (
 	"context"
@@ -18,11 +18,11 @@ import (
 // own statement alone (CREATE DATABASE cannot run in a transaction), the
 // extensions' and schemas' in one transaction in that database. What the
 // catalogs show cannot be applied is refused before any change.
-func (m *Manager) ApplyDatabase(ctx context.Context, req instanceapi.DatabaseRequest) (instanceapi.ApplyResult, error) {
+func (o *Objects) ApplyDatabase(ctx context.Context, req instanceapi.DatabaseRequest) (instanceapi.ApplyResult, error) {
 	if err := validateDatabaseRequest(req); err != nil {
 		return instanceapi.ApplyResult{}, err
 	}
-	conn, err := m.connectWritable(ctx, "postgres")
+	conn, err := o.port.ConnectWritable(ctx, "postgres")
 	if err != nil {
 		return instanceapi.ApplyResult{}, err
 	}
@@ -39,13 +39,13 @@ func (m *Manager) ApplyDatabase(ctx context.Context, req instanceapi.DatabaseReq
 	// what it refuses (a schema that holds objects) changes nothing.
 	var inside []sqlStep
 	if !absent(req.Ensure) && obs.database != nil {
-		if inside, err = m.planInside(ctx, req); err != nil {
+		if inside, err = o.planInside(ctx, req); err != nil {
 			return instanceapi.ApplyResult{}, err
 		}
 	}
 	var res instanceapi.ApplyResult
 	for _, step := range plan {
-		if err := runStep(ctx, m.log, conn, step, &res); err != nil {
+		if err := runStep(ctx, o.port.Log, conn, step, &res); err != nil {
 			return res, err
 		}
 	}
@@ -54,11 +54,11 @@ func (m *Manager) ApplyDatabase(ctx context.Context, req instanceapi.DatabaseReq
 		return res, nil
 	}
 	if obs.database == nil { // created: its catalogs come from its template
-		if inside, err = m.planInside(ctx, req); err != nil {
+		if inside, err = o.planInside(ctx, req); err != nil {
 			return res, err
 		}
 	}
-	return res, m.applyInside(ctx, req.Name, inside, &res)
+	return res, o.applyInside(ctx, req.Name, inside, &res)
 }
 
 // observeServer reads the database's row, its sessions (clients and
@@ -83,7 +83,11 @@ func observeServer(ctx context.Context, conn *pgx.Conn, req instanceapi.Database
 	if err != nil {
 		return obs, classifyPostgresError(fmt.Errorf("while reading the sessions of database %s: %w", req.Name, err))
 	}
-	roles, err := collectStrings(ctx, conn, `SELECT rolname FROM pg_roles WHERE rolname = ANY($1)`, ownerNames(req))
+	rows, err := conn.Query(ctx, `SELECT rolname FROM pg_roles WHERE rolname = ANY($1)`, ownerNames(req))
+	var roles []string
+	if err == nil {
+		roles, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
 	if err != nil {
 		return obs, classifyPostgresError(fmt.Errorf("while reading the owner roles: %w", err))
 	}
@@ -94,7 +98,7 @@ func observeServer(ctx context.Context, conn *pgx.Conn, req instanceapi.Database
 	for _, e := range req.Extensions {
 		names = append(names, e.Name)
 	}
-	rows, err := conn.Query(ctx, `SELECT a.name, coalesce(array_agg(v.version ORDER BY v.version) FILTER (WHERE v.version IS NOT NULL), '{}')
+	rows, err = conn.Query(ctx, `SELECT a.name, coalesce(array_agg(v.version ORDER BY v.version) FILTER (WHERE v.version IS NOT NULL), '{}')
 		FROM pg_available_extensions a LEFT JOIN pg_available_extension_versions v ON v.name = a.name
 		WHERE a.name = ANY($1) GROUP BY a.name`, names)
 	if err == nil {
@@ -118,11 +122,11 @@ func collectVersions(rows pgx.Rows, into map[string][]string) error {
 
 // planInside observes the database's extensions and schemas in a session
 // of its own and plans what closes the difference.
-func (m *Manager) planInside(ctx context.Context, req instanceapi.DatabaseRequest) ([]sqlStep, error) {
+func (o *Objects) planInside(ctx context.Context, req instanceapi.DatabaseRequest) ([]sqlStep, error) {
 	if len(req.Extensions) == 0 && len(req.Schemas) == 0 {
 		return nil, nil
 	}
-	conn, err := m.connectWritable(ctx, req.Name)
+	conn, err := o.port.ConnectWritable(ctx, req.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -175,17 +179,17 @@ func observeInside(ctx context.Context, conn *pgx.Conn, req instanceapi.Database
 }
 
 // applyInside runs the database's own statements in one transaction.
-func (m *Manager) applyInside(ctx context.Context, database string, steps []sqlStep, res *instanceapi.ApplyResult) error {
+func (o *Objects) applyInside(ctx context.Context, database string, steps []sqlStep, res *instanceapi.ApplyResult) error {
 	if len(steps) == 0 {
 		return nil
 	}
-	conn, err := m.connectWritable(ctx, database)
+	conn, err := o.port.ConnectWritable(ctx, database)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	var done instanceapi.ApplyResult
-	log := m.log.WithValues("database", database)
+	log := o.port.Log.WithValues("database", database)
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		for _, step := range steps {
 			if err := runStep(ctx, log, tx.Conn(), step, &done); err != nil {

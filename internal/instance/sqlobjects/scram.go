@@ -1,4 +1,4 @@
-package instance
+package sqlobjects
 
 import (
 	"crypto/hmac"
@@ -12,10 +12,10 @@ import (
 // scramIterations is PostgreSQL's default scram_iterations.
 const scramIterations = 4096
 
-// scramVerifier computes the SCRAM-SHA-256 verifier PostgreSQL stores for a
+// ScramVerifier computes the SCRAM-SHA-256 verifier PostgreSQL stores for a
 // password, so that CREATE ROLE ... PASSWORD sends the verifier and the
 // plain password never reaches the server (or its logs).
-func scramVerifier(password string) (string, error) {
+func ScramVerifier(password string) (string, error) {
 	salt := make([]byte, 16)
 	if _, err := rand.Read(salt); err != nil {
 		return "", fmt.Errorf("while generating a salt: %w", err)

@@ -1,4 +1,4 @@
-package instance
+package sqlobjects
 
 import (
 	"errors"
@@ -204,8 +204,8 @@ func TestDatabaseErrorStatus(t *testing.T) {
 	}{
 		{refuse("no"), http.StatusUnprocessableEntity},
 		{fmt.Errorf("while: %w", refuse("no")), http.StatusUnprocessableEntity},
-		{fmt.Errorf("%w: a replica", errNotWritable), http.StatusConflict},
-		{fmt.Errorf("%w (phase Starting)", errPostgresDown), http.StatusServiceUnavailable},
+		{fmt.Errorf("%w: a replica", ErrNotWritable), http.StatusConflict},
+		{fmt.Errorf("%w (phase Starting)", ErrPostgresDown), http.StatusServiceUnavailable},
 		{classifyPostgresError(&pgconn.PgError{Code: "25006"}), http.StatusConflict},
 		{classifyPostgresError(&pgconn.PgError{Code: "57P01"}), http.StatusServiceUnavailable},
 		{classifyPostgresError(fmt.Errorf("while: %w", &pgconn.PgError{Code: "55006"})), http.StatusUnprocessableEntity},
@@ -214,7 +214,7 @@ func TestDatabaseErrorStatus(t *testing.T) {
 		{errors.New("boom"), http.StatusInternalServerError},
 	}
 	for _, tt := range tests {
-		if got := applyStatus(tt.err); got != tt.want {
+		if got := httpStatus(tt.err); got != tt.want {
 			t.Errorf("%v: status %d, want %d", tt.err, got, tt.want)
 		}
 	}

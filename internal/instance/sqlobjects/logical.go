@@ -1,10 +1,9 @@
-package instance
+package sqlobjects
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 
@@ -75,7 +74,7 @@ type publicationState struct {
 // planPublication lists the statements that make current what req asks;
 // tables are req's, parsed (parseTables).
 func planPublication(req instanceapi.PublicationRequest, tables []qualifiedTable, current publicationState) []logicalStep {
-	name := ident(req.Name)
+	name := Ident(req.Name)
 	drop := logicalStep{sql: "DROP PUBLICATION " + name, change: "dropped publication " + req.Name}
 	if req.Ensure == instanceapi.EnsureAbsent {
 		if current.exists {
@@ -121,7 +120,7 @@ func tableList(tables []qualifiedTable) string {
 
 // ApplyPublication makes the publication req names what it asks, in its
 // database: created, its tables set exactly, or dropped.
-func (m *Manager) ApplyPublication(ctx context.Context, req instanceapi.PublicationRequest) (instanceapi.ApplyResult, error) {
+func (o *Objects) ApplyPublication(ctx context.Context, req instanceapi.PublicationRequest) (instanceapi.ApplyResult, error) {
 	if err := validatePublication(req); err != nil {
 		return instanceapi.ApplyResult{}, err
 	}
@@ -129,7 +128,7 @@ func (m *Manager) ApplyPublication(ctx context.Context, req instanceapi.Publicat
 	if err != nil {
 		return instanceapi.ApplyResult{}, &refusal{reason: err.Error()}
 	}
-	conn, err := m.connectWritable(ctx, req.Database)
+	conn, err := o.port.ConnectWritable(ctx, req.Database)
 	if nothingToDrop(req.Ensure, err) {
 		return instanceapi.ApplyResult{}, nil
 	}
@@ -153,7 +152,7 @@ func (m *Manager) ApplyPublication(ctx context.Context, req instanceapi.Publicat
 	if len(steps) > 0 {
 		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			var stepErr error
-			res, stepErr = m.runLogicalSteps(ctx, tx, req.Database, steps, nil)
+			res, stepErr = o.runLogicalSteps(ctx, tx, req.Database, steps, nil)
 			return stepErr
 		})
 	}
@@ -257,11 +256,11 @@ type execer interface {
 // database. explain, when set, rewrites a failed statement's
 // error first (a subscription's: its text may hold the connection
 // string, and an unreachable publisher is a refusal with what to do).
-func (m *Manager) runLogicalSteps(ctx context.Context, conn execer, database string, steps []logicalStep,
+func (o *Objects) runLogicalSteps(ctx context.Context, conn execer, database string, steps []logicalStep,
 	explain func(error) error) (instanceapi.ApplyResult, error) {
 	res := instanceapi.ApplyResult{}
 	for _, s := range steps {
-		m.log.Info(logMessage(s.change), "database", database)
+		o.port.Log.Info(logMessage(s.change), "database", database)
 		if _, err := conn.Exec(ctx, s.sql); err != nil {
 			if explain != nil {
 				err = explain(err)
@@ -288,33 +287,10 @@ func logMessage(change string) string {
 	return ing + " " + rest
 }
 
-// connectDatabase is connect (the superuser over the Unix socket) to
-// another database than postgres.
-func (m *Manager) connectDatabase(ctx context.Context, database string) (*pgx.Conn, error) {
-	s := m.currentSecrets()
-	open := func(password string) (*pgx.Conn, error) {
-		cfg, err := m.localConfig(superuser, password)
-		if err != nil {
-			return nil, err
-		}
-		cfg.Database = database
-		return pgx.ConnectConfig(ctx, cfg)
-	}
-	conn, err := open(s.superuserPassword)
-	if err == nil || s.previousSuperuserPassword == "" || !isAuthFailure(err) {
-		return conn, err
-	}
-	return open(s.previousSuperuserPassword)
-}
-
-// maxIdentifierLength is PostgreSQL's NAMEDATALEN-1: it truncates longer
-// names, which would then never match the request's.
-const maxIdentifierLength = 63
-
 // Slots reports the primary's logical replication slots: its
 // subscribers', and how much WAL each holds back.
-func (m *Manager) Slots(ctx context.Context) (instanceapi.SlotsStatus, error) {
-	conn, err := m.connectWritable(ctx, "postgres")
+func (o *Objects) Slots(ctx context.Context) (instanceapi.SlotsStatus, error) {
+	conn, err := o.port.ConnectWritable(ctx, "postgres")
 	if err != nil {
 		return instanceapi.SlotsStatus{}, err
 	}
@@ -338,15 +314,4 @@ func (m *Manager) Slots(ctx context.Context) (instanceapi.SlotsStatus, error) {
 		return st, fmt.Errorf("while reading max_slot_wal_keep_size: %w", err)
 	}
 	return st, nil
-}
-
-// serveSlots is GET PathSQLSlots.
-func (m *Manager) serveSlots(w http.ResponseWriter, r *http.Request) {
-	st, err := m.Slots(r.Context())
-	if err != nil {
-		m.log.Error(err, "Reading the replication slots")
-		writeJSON(w, applyStatus(err), map[string]string{"error": err.Error()})
-		return
-	}
-	writeJSON(w, http.StatusOK, st)
 }

@@ -1,4 +1,4 @@
-package instance
+package sqlobjects
 
 import (
 	"context"
@@ -26,16 +26,16 @@ const sqlApplyLock = 0x7475736b // "tusk"
 // difference, and runs them in one transaction on the primary. A role
 // dropped with reassignOwnedTo has what it owns in the other databases
 // reassigned first, in a transaction each.
-func (m *Manager) ApplyRole(ctx context.Context, req instanceapi.RoleRequest) (instanceapi.ApplyResult, error) {
-	if err := checkRoleRequest(req, m.opts.InitDB.Owner); err != nil {
+func (o *Objects) ApplyRole(ctx context.Context, req instanceapi.RoleRequest) (instanceapi.ApplyResult, error) {
+	if err := checkRoleRequest(req, o.port.Owner); err != nil {
 		return instanceapi.ApplyResult{}, err
 	}
-	conn, err := m.connectWritable(ctx, "postgres")
+	conn, err := o.port.ConnectWritable(ctx, "postgres")
 	if err != nil {
 		return instanceapi.ApplyResult{}, err
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	if err := quietRoleStatements(ctx, conn); err != nil {
+	if err := QuietRoleStatements(ctx, conn); err != nil {
 		return instanceapi.ApplyResult{}, err
 	}
 	tx, err := conn.Begin(ctx)
@@ -54,12 +54,12 @@ func (m *Manager) ApplyRole(ctx context.Context, req instanceapi.RoleRequest) (i
 	if err != nil {
 		return instanceapi.ApplyResult{}, err
 	}
-	plan, err := planRole(req, m.opts.InitDB.Owner, obs, verifier)
+	plan, err := planRole(req, o.port.Owner, obs, verifier)
 	if err != nil {
 		return instanceapi.ApplyResult{}, err
 	}
 	res := instanceapi.ApplyResult{Exists: req.Ensure != instanceapi.EnsureAbsent}
-	if err := m.runPlan(ctx, tx, req.Name, plan, &res); err != nil {
+	if err := o.runPlan(ctx, tx, req.Name, plan, &res); err != nil {
 		return instanceapi.ApplyResult{}, err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -72,12 +72,12 @@ func newVerifierIfNeeded(req instanceapi.RoleRequest, obs observedRole) (string,
 	if req.Password == nil || req.Ensure == instanceapi.EnsureAbsent || (obs.exists && obs.passwordMatches) {
 		return "", nil
 	}
-	return scramVerifier(*req.Password)
+	return ScramVerifier(*req.Password)
 }
 
 // runPlan runs the statements of other databases first, each database's in
 // its own transaction, then those of tx.
-func (m *Manager) runPlan(ctx context.Context, tx pgx.Tx, role string, plan []statement, res *instanceapi.ApplyResult) error {
+func (o *Objects) runPlan(ctx context.Context, tx pgx.Tx, role string, plan []statement, res *instanceapi.ApplyResult) error {
 	var elsewhere []string
 	for _, s := range plan {
 		if s.database != "" && !slices.Contains(elsewhere, s.database) {
@@ -85,13 +85,13 @@ func (m *Manager) runPlan(ctx context.Context, tx pgx.Tx, role string, plan []st
 		}
 	}
 	for _, db := range elsewhere {
-		if err := m.runIn(ctx, db, role, plan, res); err != nil {
+		if err := o.runIn(ctx, db, role, plan, res); err != nil {
 			return err
 		}
 	}
 	for _, s := range plan {
 		if s.database == "" {
-			if err := m.execStatement(ctx, tx, role, s, res); err != nil {
+			if err := o.execStatement(ctx, tx, role, s, res); err != nil {
 				return err
 			}
 		}
@@ -100,8 +100,8 @@ func (m *Manager) runPlan(ctx context.Context, tx pgx.Tx, role string, plan []st
 }
 
 // runIn runs plan's statements for database db in one transaction there.
-func (m *Manager) runIn(ctx context.Context, db, role string, plan []statement, res *instanceapi.ApplyResult) error {
-	conn, err := m.connectWritable(ctx, db)
+func (o *Objects) runIn(ctx context.Context, db, role string, plan []statement, res *instanceapi.ApplyResult) error {
+	conn, err := o.port.ConnectWritable(ctx, db)
 	if err != nil {
 		return err
 	}
@@ -109,7 +109,7 @@ func (m *Manager) runIn(ctx context.Context, db, role string, plan []statement, 
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		for _, s := range plan {
 			if s.database == db {
-				if err := m.execStatement(ctx, tx, role, s, res); err != nil {
+				if err := o.execStatement(ctx, tx, role, s, res); err != nil {
 					return err
 				}
 			}
@@ -118,8 +118,8 @@ func (m *Manager) runIn(ctx context.Context, db, role string, plan []statement, 
 	})
 }
 
-func (m *Manager) execStatement(ctx context.Context, tx pgx.Tx, role string, s statement, res *instanceapi.ApplyResult) error {
-	m.log.Info(s.action, "role", role, "change", s.change)
+func (o *Objects) execStatement(ctx context.Context, tx pgx.Tx, role string, s statement, res *instanceapi.ApplyResult) error {
+	o.port.Log.Info(s.action, "role", role, "change", s.change)
 	if _, err := tx.Exec(ctx, s.sql); err != nil {
 		return fmt.Errorf("while applying role %s (%s): %w", role, s.change, classifyPostgresError(err))
 	}
@@ -193,7 +193,11 @@ func missingRoles(ctx context.Context, tx pgx.Tx, names []string) ([]string, err
 	if len(names) == 0 {
 		return nil, nil
 	}
-	existing, err := collectStrings(ctx, tx, "SELECT rolname FROM pg_roles WHERE rolname = ANY($1)", names)
+	rows, err := tx.Query(ctx, "SELECT rolname FROM pg_roles WHERE rolname = ANY($1)", names)
+	var existing []string
+	if err == nil {
+		existing, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
 	if err != nil {
 		return nil, fmt.Errorf("while looking up roles: %w", err)
 	}
@@ -207,14 +211,19 @@ func missingRoles(ctx context.Context, tx pgx.Tx, names []string) ([]string, err
 }
 
 func readMembershipAndSettings(ctx context.Context, tx pgx.Tx, oid uint32, obs *observedRole) error {
-	var err error
-	obs.inRoles, err = collectStrings(ctx, tx, `SELECT r.rolname FROM pg_auth_members m
+	rows, err := tx.Query(ctx, `SELECT r.rolname FROM pg_auth_members m
 		JOIN pg_roles r ON r.oid = m.roleid WHERE m.member = $1 ORDER BY 1`, oid)
+	if err == nil {
+		obs.inRoles, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
 	if err != nil {
 		return fmt.Errorf("while reading the role's memberships: %w", err)
 	}
-	obs.settings, err = collectStrings(ctx, tx, `SELECT unnest(setconfig) FROM pg_db_role_setting
+	rows, err = tx.Query(ctx, `SELECT unnest(setconfig) FROM pg_db_role_setting
 		WHERE setrole = $1 AND setdatabase = 0`, oid)
+	if err == nil {
+		obs.settings, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
 	if err != nil {
 		return fmt.Errorf("while reading the role's settings: %w", err)
 	}
@@ -236,25 +245,14 @@ func readOwnership(ctx context.Context, tx pgx.Tx, oid uint32, obs *observedRole
 	if err != nil {
 		return fmt.Errorf("while reading what the role owns: %w", err)
 	}
-	obs.databases, err = collectStrings(ctx, tx, "SELECT datname FROM pg_database WHERE datallowconn ORDER BY 1")
+	rows, err = tx.Query(ctx, "SELECT datname FROM pg_database WHERE datallowconn ORDER BY 1")
+	if err == nil {
+		obs.databases, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
 	if err != nil {
 		return fmt.Errorf("while listing the databases: %w", err)
 	}
 	return nil
-}
-
-// querier is a session or a transaction.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
-// collectStrings runs a query of one text column and returns its values.
-func collectStrings(ctx context.Context, q querier, sql string, args ...any) ([]string, error) {
-	rows, err := q.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // verifies says whether stored, a role's rolpassword, is a SCRAM-SHA-256
