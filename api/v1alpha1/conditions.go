@@ -77,6 +77,10 @@ const (
 	ReasonRetentionApplied = "RetentionApplied"
 	ReasonRetentionInvalid = "RetentionInvalid"
 	ReasonRetentionFailed  = "RetentionFailed"
+	// ReasonRetentionRefused: the location is not proved to be the
+	// cluster's own (its marker names another database system, or none),
+	// so retention deletes nothing there.
+	ReasonRetentionRefused = "RetentionRefused"
 )
 
 // Reasons of a PostgresBackup's Ready condition.

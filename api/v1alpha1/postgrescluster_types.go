@@ -822,6 +822,14 @@ type PostgresClusterStatus struct {
 	// +optional
 	SynchronousQuorum *QuorumStatus `json:"synchronousQuorum,omitempty"`
 
+	// SystemIdentifier is the database system identifier of the cluster's
+	// data (pg_controldata), as its primary last reported it: every
+	// instance, and a cluster recovered or cloned from its backups, share
+	// it. Retention prunes only an object-store location whose marker names
+	// it.
+	// +optional
+	SystemIdentifier string `json:"systemIdentifier,omitempty"`
+
 	// Archive is the health of continuous WAL archiving, as the primary
 	// last reported it (pg_stat_archiver). Absent without spec.backup.
 	// +optional

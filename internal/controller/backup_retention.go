@@ -44,6 +44,12 @@ func (r *BackupScheduleReconciler) reconcileRetention(ctx context.Context, c *tu
 		r.forgetRetention(key)
 		return time.Time{}
 	}
+	if c.Status.SystemIdentifier == "" {
+		// Nothing proves yet which location is the cluster's own
+		// (retention.CheckOwner): the status write that brings the
+		// primary's report wakes this reconciler.
+		return time.Time{}
+	}
 	completed := completedNames(backups)
 	last, seen, retryAt := r.retentionState(key)
 	due, next := retentionDue(last, completed != seen, retryAt, now)
@@ -55,6 +61,10 @@ func (r *BackupScheduleReconciler) reconcileRetention(ctx context.Context, c *tu
 		ctrlLog(ctx).Info("Applying retention failed", "error", err.Error())
 		res, _ = r.results.get(key)
 		res.applied, res.reason, res.message = false, tuskv1alpha1.ReasonRetentionFailed, retentionFailure(err)
+		if errors.Is(err, retention.ErrNotOwner) {
+			res.reason = tuskv1alpha1.ReasonRetentionRefused
+			r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonRetentionRefused, "Retention", "%s", err.Error())
+		}
 		r.results.record(key, res)
 		return r.failedRetention(key, now)
 	}
@@ -68,6 +78,9 @@ func (r *BackupScheduleReconciler) reconcileRetention(ctx context.Context, c *tu
 func (r *BackupScheduleReconciler) applyRetention(ctx context.Context, c *tuskv1alpha1.PostgresCluster, backups []tuskv1alpha1.PostgresBackup, period time.Duration, now time.Time) (retentionResult, error) {
 	store, err := r.clusterStore(ctx, c)
 	if err != nil {
+		return retentionResult{}, err
+	}
+	if err := retention.CheckOwner(ctx, store, c.Status.SystemIdentifier); err != nil {
 		return retentionResult{}, err
 	}
 	stored, err := retention.Load(ctx, store)

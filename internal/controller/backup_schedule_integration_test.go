@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -281,11 +282,14 @@ func TestRetentionPrunesTheStoreAndTheBackups(t *testing.T) {
 		}
 	}
 
+	putMarker(t, store, testSystemID)
+
 	cluster := newBackupCluster(ns)
 	cluster.Spec.Backup.ObjectStore = spec
 	cluster.Spec.Backup.Retention = "7d"
 	create(t, cluster)
 	key := client.ObjectKeyFromObject(cluster)
+	reportSystemIdentifier(t, key)
 	clusterWhen(t, key, func(c *tuskv1alpha1.PostgresCluster) error {
 		if st := c.Status.Backup; st == nil || st.FirstRecoverabilityPoint == nil || !st.FirstRecoverabilityPoint.Time.Equal(now.Add(-10*day)) {
 			return fmt.Errorf("status.backup %+v, want firstRecoverabilityPoint %v", c.Status.Backup, now.Add(-10*day))
@@ -295,7 +299,7 @@ func TestRetentionPrunesTheStoreAndTheBackups(t *testing.T) {
 	backupsAre(t, ns, "pg-elsewhere", "pg-mid", "pg-new")
 	want := []string{
 		"base/pg-mid/backup.json", "base/pg-mid/base.tar.zst", "base/pg-new/backup.json", "base/pg-new/base.tar.zst",
-		"wal/0000000100000000/000000010000000000000003.zst", "wal/00000002.history.zst",
+		walarchive.MarkerKey, "wal/0000000100000000/000000010000000000000003.zst", "wal/00000002.history.zst",
 	}
 	if got := storeKeys(t, store); !slices.Equal(got, want) {
 		t.Errorf("objects left %v, want %v", got, want)
@@ -346,6 +350,98 @@ func TestRetentionPrunesTheStoreAndTheBackups(t *testing.T) {
 	statusWrittenByClusterReconcilerOnly(t, key)
 }
 
+// testSystemID is the database system identifier the tests' clusters
+// report (reportSystemIdentifier).
+const testSystemID = "7400000000000000001"
+
+// putMarker claims the store's location for a database system, as the
+// first archiving instance does.
+func putMarker(t *testing.T, store *objectstore.Store, systemID string) {
+	t.Helper()
+	data, err := json.Marshal(walarchive.Marker{SystemIdentifier: systemID, Cluster: "victim/pg", ClaimedAt: time.Now().UTC()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Put(context.Background(), walarchive.MarkerKey, bytes.NewReader(data), nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRetentionPrunesOnlyItsOwnLocation: a cluster whose spec names
+// another cluster's location (by mistake, or a tenant on purpose), with a
+// retention that would delete everything there, deletes nothing: the
+// location's marker names another database system, or none at all. It
+// says so in its BackupRetention condition and a Warning Event, without
+// the other cluster's name.
+func TestRetentionPrunesOnlyItsOwnLocation(t *testing.T) {
+	for _, tc := range []struct {
+		name, marker, want string
+	}{
+		{"another system's location", "7400000000000000999", "holds the WAL and backups of database system 7400000000000000999"},
+		{"a location without a marker", "", "has no " + walarchive.MarkerKey},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s3 := testenv.StartS3(t, testenv.S3Options{})
+			ns := newNamespace(t)
+			create(t, &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: "s3", Namespace: ns},
+				Data:       map[string][]byte{"ACCESS_KEY_ID": []byte(s3.AccessKey), "SECRET_ACCESS_KEY": []byte(s3.SecretKey)},
+			})
+			spec := tuskv1alpha1.ObjectStoreSpec{
+				Endpoint: s3.Endpoint, Bucket: s3.Bucket, Path: "victim", Region: "us-east-1",
+				CredentialsSecret: tuskv1alpha1.S3CredentialsSecret{Name: "s3"},
+			}
+			store, err := objectstore.New(objectstore.Config{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Path: spec.Path,
+				Region: "us-east-1", AccessKeyID: s3.AccessKey, SecretAccessKey: s3.SecretKey})
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now().UTC().Truncate(time.Second)
+			backupClock.SetTime(now)
+			// The victim's backups, all far outside the attacker's window.
+			putStoredBackup(t, store, "pg-a", now.Add(-40*24*time.Hour), 0x01000000)
+			putStoredBackup(t, store, "pg-b", now.Add(-30*24*time.Hour), 0x03000000)
+			markBackupCompleted(t, ns, "pg-a", now.Add(-40*24*time.Hour), spec)
+			markBackupCompleted(t, ns, "pg-b", now.Add(-30*24*time.Hour), spec)
+			if tc.marker != "" {
+				putMarker(t, store, tc.marker)
+			}
+			before := storeKeys(t, store)
+
+			cluster := newBackupCluster(ns)
+			cluster.Spec.Backup.ObjectStore = spec
+			cluster.Spec.Backup.Retention = "1d"
+			create(t, cluster)
+			key := client.ObjectKeyFromObject(cluster)
+			reportSystemIdentifier(t, key)
+			var msg string
+			clusterWhen(t, key, func(c *tuskv1alpha1.PostgresCluster) error {
+				msg = retentionMessage(c)
+				return condition(c, tuskv1alpha1.ConditionBackupRetention, metav1.ConditionFalse, tuskv1alpha1.ReasonRetentionRefused)
+			})
+			if !strings.Contains(msg, tc.want) || strings.Contains(msg, "victim/pg") {
+				t.Errorf("condition message %q, want %q and not the other cluster's name", msg, tc.want)
+			}
+			e := waitForEvent(t, ns, tuskv1alpha1.ReasonRetentionRefused, tc.want)
+			if e.Type != corev1.EventTypeWarning {
+				t.Errorf("Event %s %q, want a Warning", e.Type, e.Note)
+			}
+			if got := storeKeys(t, store); !slices.Equal(got, before) {
+				t.Errorf("objects after the refused retention %v, want all of %v", got, before)
+			}
+			backupsAre(t, ns, "pg-a", "pg-b")
+		})
+	}
+}
+
+// retentionMessage is the BackupRetention condition's message.
+func retentionMessage(c *tuskv1alpha1.PostgresCluster) string {
+	if cond := meta.FindStatusCondition(c.Status.Conditions, tuskv1alpha1.ConditionBackupRetention); cond != nil {
+		return cond.Message
+	}
+	return ""
+}
+
 func findCondition(c *tuskv1alpha1.PostgresCluster, typ string) *metav1.Condition {
 	for i := range c.Status.Conditions {
 		if c.Status.Conditions[i].Type == typ {
@@ -379,6 +475,7 @@ func TestRetentionReachesNoInternalAddress(t *testing.T) {
 			cluster.Spec.Backup.ObjectStore.CASecret = nil
 			cluster.Spec.Backup.Retention = "7d"
 			create(t, cluster)
+			reportSystemIdentifier(t, client.ObjectKeyFromObject(cluster))
 			c := clusterWhen(t, client.ObjectKeyFromObject(cluster), func(c *tuskv1alpha1.PostgresCluster) error {
 				return condition(c, tuskv1alpha1.ConditionBackupRetention, metav1.ConditionFalse, tuskv1alpha1.ReasonRetentionFailed)
 			})

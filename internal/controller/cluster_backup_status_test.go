@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/instanceapi"
 )
 
 func backupOf(cluster, name string) tuskv1alpha1.PostgresBackup {
@@ -188,5 +189,36 @@ func TestRetentionResultsWake(t *testing.T) {
 	s.forget(key)
 	if _, ok := s.get(key); ok {
 		t.Error("forgotten outcome still there")
+	}
+}
+
+// TestSystemIdentifierComesFromThePrimary: status.systemIdentifier, which
+// decides where retention may delete, is what the primary reports, kept
+// while it does not answer; a replica's report (a different system
+// after a mistake) never sets it.
+func TestSystemIdentifierComesFromThePrimary(t *testing.T) {
+	report := func(role instanceapi.Role, id string) *instanceapi.Status {
+		return &instanceapi.Status{Role: role, SystemIdentifier: id}
+	}
+	for _, tc := range []struct {
+		name string
+		last string
+		v    *view
+		want string
+	}{
+		{"the primary reports it", "", &view{members: []*member{{name: "pg-1", status: report(instanceapi.RolePrimary, "71")}}}, "71"},
+		{"the primary does not answer: kept", "71", &view{members: []*member{{name: "pg-1"}}}, "71"},
+		{"a replica's report does not count", "", &view{members: []*member{
+			{name: "pg-1"}, {name: "pg-2", status: report(instanceapi.RoleReplica, "99")}}}, ""},
+		{"pg-1 is no primary now", "71", &view{members: []*member{{name: "pg-1", status: report(instanceapi.RoleReplica, "99")}}}, "71"},
+		{"an empty report keeps it", "71", &view{members: []*member{{name: "pg-1", status: report(instanceapi.RolePrimary, "")}}}, "71"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &tuskv1alpha1.PostgresCluster{}
+			c.Status.CurrentPrimary, c.Status.SystemIdentifier = "pg-1", tc.last
+			if got := systemIdentifier(c, tc.v); got != tc.want {
+				t.Errorf("systemIdentifier = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -37,6 +37,7 @@ func setStatus(c *tuskv1alpha1.PostgresCluster, v *view, p progress) {
 	st.Instances = instanceStatuses(c, v)
 	st.ReadyInstances = int32(v.readyCount()) //nolint:gosec // at most spec.instances (16) plus a few being removed
 	st.Archive = archiveStatus(c, v)
+	st.SystemIdentifier = systemIdentifier(c, v)
 	recordPostgresMajor(c, v)
 	recordImage(c)
 	if cond, ok := majorUpgradeCondition(c); ok {
@@ -48,6 +49,16 @@ func setStatus(c *tuskv1alpha1.PostgresCluster, v *view, p progress) {
 	setCondition(c, degraded)
 	setCondition(c, readyCondition(c, progressing, degraded))
 	st.Phase = phase(p, progressing, degraded)
+}
+
+// systemIdentifier is the database system identifier the primary
+// reports; the last one known while it does not answer.
+func systemIdentifier(c *tuskv1alpha1.PostgresCluster, v *view) string {
+	primary := v.member(c.Status.CurrentPrimary)
+	if primary == nil || primary.status == nil || primary.status.Role != instanceapi.RolePrimary || primary.status.SystemIdentifier == "" {
+		return c.Status.SystemIdentifier
+	}
+	return primary.status.SystemIdentifier
 }
 
 func instanceStatuses(c *tuskv1alpha1.PostgresCluster, v *view) []tuskv1alpha1.InstanceStatus {

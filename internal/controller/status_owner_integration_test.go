@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -32,6 +33,26 @@ func statusWrittenByClusterReconcilerOnly(t *testing.T, key client.ObjectKey) {
 	}
 	if err := statusWriters(c, StatusOwner); err != nil {
 		t.Error(err)
+	}
+}
+
+// reportSystemIdentifier stands in for the primary's report of the
+// database system identifier (testSystemID), which the ClusterReconciler copies into
+// status.systemIdentifier and keeps while no primary answers: no instance
+// manager runs under envtest, and retention waits for the identifier. It
+// writes as the status owner, whose field it is.
+func reportSystemIdentifier(t *testing.T, key client.ObjectKey) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c := &tuskv1alpha1.PostgresCluster{}
+		if err := env.Client.Get(context.Background(), key, c); err != nil {
+			return err
+		}
+		c.Status.SystemIdentifier = testSystemID
+		return env.Client.Status().Update(context.Background(), c, client.FieldOwner(StatusOwner))
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -115,6 +136,7 @@ func TestScheduleAcrossRestarts(t *testing.T) {
 	cluster.Spec.Backup.Retention = "7d"
 	create(t, cluster)
 	key := client.ObjectKeyFromObject(cluster)
+	reportSystemIdentifier(t, key)
 	first := cluster.CreationTimestamp.UTC().Truncate(time.Minute).Add(time.Minute)
 	run := func(t time.Time) string { return "pg-" + t.Format(scheduledBackupTimeFormat) }
 
@@ -205,6 +227,7 @@ func TestClusterStatusHasOneWriter(t *testing.T) {
 	cluster.Spec.Backup.Retention = "7d"
 	create(t, cluster)
 	key := client.ObjectKeyFromObject(cluster)
+	reportSystemIdentifier(t, key)
 	clusterWhen(t, key, func(c *tuskv1alpha1.PostgresCluster) error {
 		if err := condition(c, tuskv1alpha1.ConditionScheduledBackups, metav1.ConditionTrue, tuskv1alpha1.ReasonScheduled); err != nil {
 			return err

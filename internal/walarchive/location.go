@@ -70,7 +70,7 @@ func (a Archiver) Claim(ctx context.Context) error {
 }
 
 func claimLocation(ctx context.Context, store *objectstore.Store, systemID, cluster string) error {
-	m, found, err := readMarker(ctx, store)
+	m, found, err := ReadMarker(ctx, store)
 	if err != nil {
 		return err
 	}
@@ -93,7 +93,7 @@ func claimLocation(ctx context.Context, store *objectstore.Store, systemID, clus
 	}
 	// Two databases claiming at once both write; the store keeps the last
 	// write, and the one that reads back the other's marker stops.
-	m, found, err = readMarker(ctx, store)
+	m, found, err = ReadMarker(ctx, store)
 	if err != nil {
 		return err
 	}
@@ -116,10 +116,13 @@ func sameSystem(store *objectstore.Store, m Marker, systemID string) error {
 		"set spec.backup.objectStore.path to a location of its own", ErrLocationTaken, store.Location(), owner, systemID)
 }
 
-// maxMarkerSize bounds what readMarker reads.
+// maxMarkerSize bounds what ReadMarker reads.
 const maxMarkerSize = 64 << 10
 
-func readMarker(ctx context.Context, store *objectstore.Store) (Marker, bool, error) {
+// ReadMarker reads the location's marker; found is false when it has
+// none. A marker that names no database system is an error: Tusk did not
+// write it.
+func ReadMarker(ctx context.Context, store *objectstore.Store) (m Marker, found bool, err error) {
 	body, _, err := store.Get(ctx, MarkerKey)
 	if objectstore.IsNotFound(err) {
 		return Marker{}, false, nil
@@ -132,7 +135,6 @@ func readMarker(ctx context.Context, store *objectstore.Store) (Marker, bool, er
 	if err != nil {
 		return Marker{}, false, fmt.Errorf("while reading %s%s: %w", store.Location(), MarkerKey, err)
 	}
-	var m Marker
 	if err := json.NewDecoder(bytes.NewReader(data)).Decode(&m); err != nil || m.SystemIdentifier == "" {
 		return Marker{}, false, fmt.Errorf("%s%s does not name a database system (%v): a location marker Tusk did not write; "+
 			"choose another location, or remove it if the location is this cluster's", store.Location(), MarkerKey, err)
