@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"tusk.dev/tusk/internal/instance/lifecycle"
 	"tusk.dev/tusk/internal/instance/supervisor"
 	"tusk.dev/tusk/internal/instanceapi"
 )
-
-// errFenced refuses to start postgres while the primary is fenced.
-var errFenced = errors.New("this primary is fenced: it does not hold the primary Lease")
 
 // startLeaseTicker ticks every renewal period; nil (never) without a Lease.
 func (m *Manager) startLeaseTicker() (tick <-chan time.Time, stop func()) {
@@ -32,9 +30,7 @@ func (m *Manager) mayStart(ctx context.Context) bool {
 		m.fence(err)
 		return false
 	}
-	m.mu.Lock()
-	m.state.fenced = false
-	m.mu.Unlock()
+	m.record(lifecycle.LeaseRegained)
 	return true
 }
 
@@ -79,9 +75,9 @@ func (m *Manager) renewLease(ctx context.Context) {
 		m.lease.renewFailed.Add(1)
 	}
 	switch {
-	case err == nil && st.fenced:
+	case err == nil && st.life.LeaseFenced():
 		m.leaseRegained(ctx)
-	case err != nil && st.fenced:
+	case err != nil && st.life.LeaseFenced():
 		m.markFenced(err) // the latest reason, such as the new holder
 	case err != nil && m.lease.mustFence():
 		m.fence(err)
@@ -108,10 +104,10 @@ func (m *Manager) renewLease(ctx context.Context) {
 // take the Lease again, and start postgres afresh, which heals an instance
 // that nobody replaced (a lone one) in place.
 func (m *Manager) mayRenew(ctx context.Context, st state) error {
-	if st.fenced && m.lease.now().Before(m.leaseLeftUntil) {
+	if st.life.LeaseFenced() && m.lease.now().Before(m.leaseLeftUntil) {
 		return fmt.Errorf("%w; leaving the primary Lease to another instance until %s", m.leaseLeftFor, m.leaseLeftUntil.UTC().Format(time.RFC3339))
 	}
-	if st.phase != instanceapi.PhaseRunning {
+	if st.life.Phase() != instanceapi.PhaseRunning {
 		return nil
 	}
 	return m.checkAnswers(ctx)
@@ -141,8 +137,7 @@ func (m *Manager) fence(reason error) {
 func (m *Manager) markFenced(reason error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.state.fenced = true
-	m.state.phase = instanceapi.PhaseFenced
+	m.recordLocked(lifecycle.LeaseLost)
 	m.state.lastError = m.state.fenceMessage("fenced: " + reason.Error())
 }
 
@@ -151,8 +146,8 @@ func (m *Manager) markFenced(reason error) {
 // lifts that one.
 func (m *Manager) leaseRegained(ctx context.Context) {
 	m.mu.Lock()
-	m.state.fenced = false
-	byHand := m.state.fencedByHand
+	m.recordLocked(lifecycle.LeaseRegained)
+	byHand := m.state.life.FencedByHand()
 	m.state.lastError = m.state.fenceMessage("")
 	m.mu.Unlock()
 	if byHand {
@@ -175,7 +170,7 @@ func (m *Manager) leaseRegained(ctx context.Context) {
 // for an instance that is not a leased primary.
 func (m *Manager) giveUpPrimary(ctx context.Context) bool {
 	st := m.snapshot()
-	if m.lease == nil || st.role != instanceapi.RolePrimary || st.keptStopped() {
+	if m.lease == nil || st.role != instanceapi.RolePrimary || st.life.KeptStopped() {
 		return false
 	}
 	reason := fmt.Errorf("%w (%d runs in a row ended within %s: %s)", errCrashLoop, m.crashes.streak, crashLoopStableRun, st.lastError)

@@ -9,29 +9,21 @@ import (
 	"path/filepath"
 	"time"
 
+	"tusk.dev/tusk/internal/instance/lifecycle"
 	"tusk.dev/tusk/internal/instance/supervisor"
-	"tusk.dev/tusk/internal/instanceapi"
 )
-
-// errFencedByHand refuses what would start postgres while it is fenced by
-// hand.
-var errFencedByHand = errors.New("this instance is fenced by hand: POST " + instanceapi.PathUnfence + " starts postgres again")
 
 // fenceMessage is lastError for a fenced instance: the hand fence first,
 // as it is what a human must lift, then leaseReason when not empty.
 func (s state) fenceMessage(leaseReason string) string {
-	if !s.fencedByHand {
+	if !s.life.FencedByHand() {
 		return leaseReason
 	}
 	if leaseReason == "" {
-		return errFencedByHand.Error()
+		return lifecycle.ErrFencedByHand.Error()
 	}
-	return errFencedByHand.Error() + "; also " + leaseReason
+	return lifecycle.ErrFencedByHand.Error() + "; also " + leaseReason
 }
-
-// keptStopped says postgres must not start: fenced by hand or, for a
-// primary, for want of the Lease.
-func (s state) keptStopped() bool { return s.fenced || s.fencedByHand }
 
 // handFenceFile, in the run directory, marks a hand fence. The run
 // directory is an emptyDir: the mark survives a container restart, so a
@@ -48,9 +40,7 @@ func (m *Manager) handFenceMark() string { return filepath.Join(m.opts.RunDir, h
 // meanwhile (see renewLease). Fencing a fenced instance changes nothing.
 func (m *Manager) Fence(ctx context.Context) error {
 	_, err := m.do(ctx, "fence", func(context.Context) (any, error) {
-		m.mu.Lock()
-		m.state.fencedByHand = true // first: nothing may start it from here on
-		m.mu.Unlock()
+		m.record(lifecycle.FencedByHand) // first: nothing may start it from here on
 		m.log.Info("Fencing this instance by hand")
 		marked := writeFileAtomic(m.handFenceMark(), []byte("fenced by hand at "+time.Now().UTC().Format(time.RFC3339)+"\n"))
 		if marked != nil {
@@ -59,7 +49,6 @@ func (m *Manager) Fence(ctx context.Context) error {
 		err := m.stopPostgres(supervisor.Fast)
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		m.state.phase = instanceapi.PhaseFenced
 		m.state.lastError = m.state.fenceMessage(leaseFenceReason(m.state))
 		return nil, errors.Join(err, marked)
 	})
@@ -82,18 +71,17 @@ func (m *Manager) fencedByHandAtStart(ctx context.Context) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.state.role = role
-	m.state.fencedByHand = true
-	m.state.phase = instanceapi.PhaseFenced
+	m.recordLocked(lifecycle.FencedByHand) // postgres not started: Fenced
 	m.state.lastError = m.state.fenceMessage("")
 	return true
 }
 
 // leaseFenceReason is what lastError says of a Lease fence.
 func leaseFenceReason(s state) string {
-	if !s.fenced {
+	if !s.life.LeaseFenced() {
 		return ""
 	}
-	return errFenced.Error()
+	return lifecycle.ErrLeaseFenced.Error()
 }
 
 // Unfence lifts a hand fence (POST /v1/unfence) and starts postgres. It
@@ -106,7 +94,7 @@ func (m *Manager) Unfence(ctx context.Context) error {
 }
 
 func (m *Manager) unfence(ctx context.Context) error {
-	if !m.snapshot().fencedByHand {
+	if !m.snapshot().life.FencedByHand() {
 		return nil
 	}
 	m.log.Info("Lifting the hand fence")
@@ -114,7 +102,7 @@ func (m *Manager) unfence(ctx context.Context) error {
 		// Fenced since before this start: the data directory was left
 		// as it was. A failure leaves it fenced.
 		if err := m.prepareDataDir(ctx); err != nil {
-			m.setPhase(instanceapi.PhaseFenced)
+			m.record(lifecycle.Stopped) // still fenced by hand: Fenced
 			return fmt.Errorf("the instance stays fenced: %w", err)
 		}
 		m.unprepared = false
@@ -122,9 +110,7 @@ func (m *Manager) unfence(ctx context.Context) error {
 	if err := os.Remove(m.handFenceMark()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("the instance stays fenced: while removing the hand fence's mark: %w", err)
 	}
-	m.mu.Lock()
-	m.state.fencedByHand = false
-	m.mu.Unlock()
+	m.record(lifecycle.Unfenced)
 	if m.running() {
 		return nil
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"tusk.dev/tusk/internal/instance/lifecycle"
 	"tusk.dev/tusk/internal/instance/pgconf"
 	"tusk.dev/tusk/internal/instance/supervisor"
 	"tusk.dev/tusk/internal/instanceapi"
@@ -218,7 +219,9 @@ type Manager struct {
 
 // state is what the manager knows about itself, for /status.
 type state struct {
-	phase    instanceapi.Phase
+	// life is the phase and why postgres is kept stopped (fences, a
+	// pending rejoin, termination); only applyLocked changes it.
+	life     lifecycle.State
 	role     instanceapi.Role // the role asked for
 	upstream instanceapi.Upstream
 	config   instanceapi.Config
@@ -231,28 +234,9 @@ type state struct {
 	lastError string
 	// lastPasswordRotation is when a changed password file was applied.
 	lastPasswordRotation time.Time
-	// fenced: postgres is kept stopped because this primary could not
-	// hold the primary Lease.
-	fenced bool
-	// fencedByHand: postgres is kept stopped because the operator asked
-	// (POST /v1/fence), until POST /v1/unfence. Kept apart from fenced so
-	// that regaining the Lease never lifts it, and lifting it never
-	// bypasses the Lease.
-	fencedByHand bool
-	// pendingRejoin is the upstream of a demote whose rejoin failed (the
-	// new primary was not reachable yet, say): postgres stays stopped and
-	// the run loop tries again until the data directory follows it.
-	pendingRejoin *instanceapi.Upstream
-	// recloneInPlace makes the pending rejoin copy the upstream afresh
-	// instead of trying pg_rewind: postgres refused the data directory's
-	// history (see planReclone).
-	recloneInPlace bool
 	// recovery is the progress of a recovery bootstrap (replaced, never
 	// changed in place); nil otherwise.
 	recovery *instanceapi.RecoveryStatus
-	// terminating: the manager was asked to stop (SIGTERM); it only waits
-	// for a handover, stops postgres and drains from then on.
-	terminating bool
 	// dataDir is what pg_control said of an existing data directory at
 	// start (recordDataDirState); nil for one the manager created.
 	dataDir *instanceapi.DataDirState
@@ -396,7 +380,7 @@ func (m *Manager) Run(ctx context.Context) error {
 
 // prepare makes the data directory exist and match the role asked for.
 func (m *Manager) prepare(ctx context.Context) error {
-	m.setPhase(instanceapi.PhaseBootstrapping)
+	m.record(lifecycle.Bootstrapping)
 	// In a pod these live on emptyDir volumes that start empty.
 	for _, dir := range []string{m.opts.RunDir, m.opts.SocketDir} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -415,7 +399,7 @@ func (m *Manager) prepare(ctx context.Context) error {
 // prepareDataDir bootstraps the data directory, or aligns an existing one
 // with the role asked for.
 func (m *Manager) prepareDataDir(ctx context.Context) error {
-	m.setPhase(instanceapi.PhaseBootstrapping)
+	m.record(lifecycle.Bootstrapping)
 	if !isDataDir(m.opts.DataDir) {
 		m.mu.Lock()
 		m.state.dataDir = &instanceapi.DataDirState{Empty: true}
@@ -531,9 +515,9 @@ func (s *supervision) stopHandoverChecks() {
 // could not rejoin yet stays stopped until it does.
 func (m *Manager) startSupervision(ctx context.Context, s *supervision) {
 	switch st := m.snapshot(); {
-	case st.pendingRejoin != nil && !st.fencedByHand:
+	case rejoinDue(st):
 		s.restartAt, s.backoff = m.scheduleRestart(s.backoff)
-	case !st.fencedByHand && m.mayStart(ctx):
+	case !st.life.FencedByHand() && m.mayStart(ctx):
 		if err := m.startPostgres(ctx); err != nil {
 			m.setError(err)
 			s.restartAt, s.backoff = m.scheduleRestart(s.backoff)
@@ -545,7 +529,7 @@ func (m *Manager) startSupervision(ctx context.Context, s *supervision) {
 // the manager is terminating.
 func (m *Manager) restartWhenDue(ctx context.Context, s *supervision) {
 	s.restartAt = nil
-	if !m.snapshot().terminating {
+	if !m.snapshot().life.Terminating() {
 		s.restartAt, s.backoff = m.restart(ctx, s.backoff)
 	}
 }
@@ -565,7 +549,7 @@ func (m *Manager) askedToStop(ctx context.Context, s *supervision) bool {
 // by afterCrash, unless the manager is terminating (the pod is going),
 // which it says.
 func (m *Manager) afterExit(ctx context.Context, s *supervision) (terminating bool) {
-	if m.snapshot().terminating {
+	if m.snapshot().life.Terminating() {
 		return true
 	}
 	s.restartAt, s.backoff = m.afterCrash(ctx, s.backoff)
@@ -576,7 +560,7 @@ func (m *Manager) afterExit(ctx context.Context, s *supervision) (terminating bo
 // (only the handover's step-down still runs); it says whether the
 // terminating primary has handed over and the manager should finish.
 func (m *Manager) runOperation(ctx context.Context, op operation, s *supervision) bool {
-	if m.snapshot().terminating && op.name != opStepDown {
+	if m.snapshot().life.Terminating() && op.name != opStepDown {
 		op.result <- operationResult{nil, errTerminating}
 		return false
 	}
@@ -589,7 +573,7 @@ func (m *Manager) runOperation(ctx context.Context, op operation, s *supervision
 	if err == nil {
 		s.backoff = 0
 	}
-	if m.snapshot().pendingRejoin != nil && s.restartAt == nil {
+	if _, pending := m.snapshot().life.PendingRejoin(); pending && s.restartAt == nil {
 		s.restartAt, s.backoff = m.scheduleRestart(s.backoff)
 	}
 	return false
@@ -643,7 +627,7 @@ func (m *Manager) recordCrash() (looping, afterStableRun bool, mismatch string) 
 	pm := m.postgres
 	m.postgres = nil
 	m.state.restarts++
-	m.state.phase = instanceapi.PhaseCrashed
+	m.recordLocked(lifecycle.Exited)
 	m.state.lastError = fmt.Sprintf("postgres exited unexpectedly (%v)", pm.ExitErr())
 	if last := pm.LastError(); last != "" {
 		m.state.lastError += ": " + last
@@ -664,11 +648,13 @@ func (m *Manager) recordCrash() (looping, afterStableRun bool, mismatch string) 
 func (m *Manager) planReclone(mismatch string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.state.role != instanceapi.RoleReplica || m.state.fencedByHand {
+	if m.state.role != instanceapi.RoleReplica {
 		return false
 	}
 	up := m.state.upstream
-	m.state.pendingRejoin, m.state.recloneInPlace = &up, true
+	if m.applyLocked(lifecycle.RecloneNeeded(up)) != nil {
+		return false // fenced by hand: left as it is
+	}
 	m.log.Info("postgres refused this data directory's history; copying the upstream afresh", "reason", mismatch, "upstream", up.Host)
 	return true
 }
@@ -676,10 +662,10 @@ func (m *Manager) planReclone(mismatch string) bool {
 // restart starts postgres when the restart timer fires, and schedules
 // another attempt when it cannot.
 func (m *Manager) restart(ctx context.Context, backoff time.Duration) (<-chan time.Time, time.Duration) {
-	if st := m.snapshot(); st.pendingRejoin != nil && !st.fencedByHand {
-		return m.finishRejoin(ctx, *st.pendingRejoin, backoff)
+	if up, due := m.snapshot().life.RejoinDue(); due {
+		return m.finishRejoin(ctx, up, backoff)
 	}
-	if m.snapshot().keptStopped() {
+	if m.snapshot().life.KeptStopped() {
 		// Unfence, or holding the Lease again, starts it.
 		m.log.Info("Not starting postgres again: it is fenced")
 		return nil, backoff
@@ -699,16 +685,14 @@ func (m *Manager) restart(ctx context.Context, backoff time.Duration) (<-chan ti
 // primary never serves on its old history.
 func (m *Manager) finishRejoin(ctx context.Context, up instanceapi.Upstream, backoff time.Duration) (<-chan time.Time, time.Duration) {
 	rejoin := m.rejoin
-	if m.snapshot().recloneInPlace {
+	if m.snapshot().life.RecloneInPlace() {
 		rejoin = m.reclone
 	}
 	if err := rejoin(ctx, up); err != nil {
 		m.setError(err)
 		return m.scheduleRestart(backoff)
 	}
-	m.mu.Lock()
-	m.state.pendingRejoin, m.state.fenced, m.state.recloneInPlace = nil, false, false
-	m.mu.Unlock()
+	m.record(lifecycle.Rejoined)
 	if err := m.startPostgres(ctx); err != nil {
 		m.setError(err)
 		return m.scheduleRestart(backoff)
@@ -736,10 +720,39 @@ func (m *Manager) do(ctx context.Context, name string, fn func(ctx context.Conte
 	return res.value, res.err
 }
 
-func (m *Manager) setPhase(p instanceapi.Phase) {
+// record moves the lifecycle on by e, which the manager has acted on
+// already (see recordLocked).
+func (m *Manager) record(e lifecycle.Event) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.state.phase = p
+	m.recordLocked(e)
+}
+
+// recordLocked is record with mu held. The events recorded so are never
+// refused where they are applied; a refusal would be a mistake of the
+// manager's, logged and otherwise ignored, as the action is done.
+func (m *Manager) recordLocked(e lifecycle.Event) {
+	if err := m.applyLocked(e); err != nil {
+		m.log.Error(err, "Recording a lifecycle event", "event", e.String())
+	}
+}
+
+// applyLocked moves the lifecycle on by e, with mu held: the one place
+// the manager changes it. A refused event changes nothing and says why.
+func (m *Manager) applyLocked(e lifecycle.Event) error {
+	next, err := m.state.life.Apply(e)
+	if err != nil {
+		return err
+	}
+	m.state.life = next
+	return nil
+}
+
+// rejoinDue says the run loop has a rejoin to try before it starts
+// postgres (see lifecycle.State.RejoinDue).
+func rejoinDue(st state) bool {
+	_, due := st.life.RejoinDue()
+	return due
 }
 
 func (m *Manager) setError(err error) {

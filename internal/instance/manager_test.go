@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"tusk.dev/tusk/internal/instance/lifecycle"
 	"tusk.dev/tusk/internal/instanceapi"
 )
 
@@ -150,15 +151,29 @@ func TestChangedPasswords(t *testing.T) {
 
 func TestCurrentCrashStreak(t *testing.T) {
 	started := time.Now()
-	st := state{phase: instanceapi.PhaseRunning, crashStreak: 2, startedAt: started}
+	st := state{life: inPhase(t, lifecycle.Started, lifecycle.Accepting), crashStreak: 2, startedAt: started}
 	if got := st.currentCrashStreak(started.Add(time.Second)); got != 2 {
 		t.Errorf("running for 1s: streak %d, want 2 (not stable yet)", got)
 	}
 	if got := st.currentCrashStreak(started.Add(crashLoopStableRun)); got != 0 {
 		t.Errorf("running for %s: streak %d, want 0", crashLoopStableRun, got)
 	}
-	st.phase = instanceapi.PhaseCrashed
+	st.life = inPhase(t, lifecycle.Started, lifecycle.Accepting, lifecycle.Exited)
 	if got := st.currentCrashStreak(started.Add(time.Hour)); got != 2 {
 		t.Errorf("crashed: streak %d, want 2", got)
 	}
+}
+
+// inPhase is the lifecycle after events, which must all be accepted.
+func inPhase(t *testing.T, events ...lifecycle.Event) lifecycle.State {
+	t.Helper()
+	var life lifecycle.State
+	for _, e := range events {
+		next, err := life.Apply(e)
+		if err != nil {
+			t.Fatalf("%s: %v", e, err)
+		}
+		life = next
+	}
+	return life
 }

@@ -106,8 +106,8 @@ func (mt *metrics) Describe(ch chan<- *prometheus.Desc) {
 func (mt *metrics) Collect(ch chan<- prometheus.Metric) {
 	st := mt.m.snapshot()
 	ch <- prometheus.MustNewConstMetric(descRestarts, prometheus.CounterValue, float64(st.restarts))
-	ch <- gauge(descFenced, boolFloat(st.fenced), "lease")
-	ch <- gauge(descFenced, boolFloat(st.fencedByHand), "hand")
+	ch <- gauge(descFenced, boolFloat(st.life.LeaseFenced()), "lease")
+	ch <- gauge(descFenced, boolFloat(st.life.FencedByHand()), "hand")
 	if k := mt.m.lease; k != nil {
 		ch <- prometheus.MustNewConstMetric(descRenewals, prometheus.CounterValue, float64(k.renewed.Load()), "succeeded")
 		ch <- prometheus.MustNewConstMetric(descRenewals, prometheus.CounterValue, float64(k.renewFailed.Load()), "failed")

@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"time"
 
+	"tusk.dev/tusk/internal/instance/lifecycle"
 	"tusk.dev/tusk/internal/instance/supervisor"
 	"tusk.dev/tusk/internal/instanceapi"
 )
@@ -15,11 +16,8 @@ import (
 // and the run loop must keep serving operations and status meanwhile.
 func (m *Manager) startPostgres(ctx context.Context) error {
 	st := m.snapshot()
-	if st.fencedByHand {
-		return errFencedByHand
-	}
-	if st.fenced {
-		return errFenced
+	if err := st.life.MayStart(); err != nil {
+		return err
 	}
 	if err := m.writePassfile(); err != nil {
 		return err
@@ -34,7 +32,7 @@ func (m *Manager) startPostgres(ctx context.Context) error {
 	}
 	m.mu.Lock()
 	m.postgres = pm
-	m.state.phase = instanceapi.PhaseStarting
+	m.recordLocked(lifecycle.Started)
 	m.state.startedAt = time.Now()
 	m.mu.Unlock()
 	m.log.Info("Started postgres", "pid", pm.Pid(), "role", st.role)
@@ -48,8 +46,7 @@ func (m *Manager) markRunningWhenAccepting(ctx context.Context, pm *supervisor.P
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.postgres == pm {
-		m.state.phase = instanceapi.PhaseRunning
+	if m.postgres == pm && m.applyLocked(lifecycle.Accepting) == nil {
 		m.state.lastError = ""
 	}
 }
@@ -101,7 +98,7 @@ func (m *Manager) stopPostgresWithin(mode supervisor.ShutdownMode, timeouts supe
 	m.statusSession.close()
 	m.metricsSession.close()
 	err := pm.Stop(mode, timeouts)
-	m.setPhase(instanceapi.PhaseStopped)
+	m.record(lifecycle.Stopped)
 	return err
 }
 

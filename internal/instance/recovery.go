@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"tusk.dev/tusk/internal/basebackup"
+	"tusk.dev/tusk/internal/instance/lifecycle"
 	"tusk.dev/tusk/internal/instance/sqlobjects"
 	"tusk.dev/tusk/internal/instance/supervisor"
 	"tusk.dev/tusk/internal/instanceapi"
@@ -461,7 +462,7 @@ func (m *Manager) setRecoveryStep(backup, step string) {
 			r.Backup = m.state.recovery.Backup
 		}
 	}
-	m.state.phase = instanceapi.PhaseRecovering
+	m.recordLocked(lifecycle.Recovering)
 	m.state.recovery = &r
 }
 
@@ -475,7 +476,7 @@ func (m *Manager) recoveryFailed(err error, retryIn time.Duration) {
 	r.FailedAttempts++
 	r.Step = fmt.Sprintf("waiting %s before trying again", retryIn)
 	m.state.recovery = &r
-	m.state.phase = instanceapi.PhaseRecovering
+	m.recordLocked(lifecycle.Recovering)
 	m.mu.Unlock()
 	m.setError(fmt.Errorf("recovery failed (attempt %d): %w", r.FailedAttempts, err))
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"tusk.dev/tusk/internal/instance/lifecycle"
 	"tusk.dev/tusk/internal/instance/supervisor"
 	"tusk.dev/tusk/internal/instanceapi"
 	"tusk.dev/tusk/internal/walarchive"
@@ -45,10 +46,7 @@ func (m *Manager) alignExistingDataDir(ctx context.Context) error {
 			// retry with the restart backoff, reporting why, rather than
 			// exit into the kubelet's growing CrashLoopBackOff.
 			m.setError(err)
-			up := m.opts.Upstream
-			m.mu.Lock()
-			m.state.pendingRejoin = &up
-			m.mu.Unlock()
+			m.record(lifecycle.RejoinPending(m.opts.Upstream))
 		}
 	}
 	return nil
@@ -211,8 +209,8 @@ func (m *Manager) Demote(ctx context.Context, up instanceapi.Upstream) error {
 }
 
 func (m *Manager) demote(ctx context.Context, up instanceapi.Upstream) error {
-	if m.snapshot().fencedByHand {
-		return errFencedByHand
+	if _, err := m.snapshot().life.Apply(lifecycle.Rejoined); err != nil {
+		return err // fenced by hand: lifted by hand only
 	}
 	if err := m.stopPostgres(supervisor.Fast); err != nil {
 		return err
@@ -221,21 +219,17 @@ func (m *Manager) demote(ctx context.Context, up instanceapi.Upstream) error {
 	// never starts as a primary without the Lease; postgres stays stopped
 	// and the run loop tries the rejoin again (finishRejoin).
 	if err := m.rejoin(ctx, up); err != nil {
-		m.mu.Lock()
-		m.state.pendingRejoin = &up
-		m.mu.Unlock()
+		m.record(lifecycle.RejoinPending(up))
 		return err
 	}
-	m.mu.Lock()
-	m.state.fenced, m.state.pendingRejoin, m.state.recloneInPlace = false, nil, false
-	m.mu.Unlock()
+	m.record(lifecycle.Rejoined)
 	return m.startPostgres(ctx)
 }
 
 // rejoin makes a stopped former primary's data directory follow up:
 // pg_rewind when it can, a fresh pg_basebackup when it cannot.
 func (m *Manager) rejoin(ctx context.Context, up instanceapi.Upstream) error {
-	m.setPhase(instanceapi.PhaseRejoining)
+	m.record(lifecycle.RejoinStarted)
 	if err := m.writePassfile(); err != nil {
 		return err
 	}
@@ -339,7 +333,7 @@ func (m *Manager) upstreamTLS(serverName string) (*tls.Config, error) {
 // reclone makes a stopped replica's data directory a fresh copy of up,
 // for a directory postgres refused (planReclone).
 func (m *Manager) reclone(ctx context.Context, up instanceapi.Upstream) error {
-	m.setPhase(instanceapi.PhaseRejoining)
+	m.record(lifecycle.RejoinStarted)
 	if err := m.writePassfile(); err != nil {
 		return err
 	}

@@ -39,7 +39,7 @@ func (m *Manager) checkSecrets(ctx context.Context) error {
 // without waiting for it to act; a stopped one reads them at start.
 func (m *Manager) reloadTLS(ctx context.Context) error {
 	m.log.Info("Reloading postgres for the new certificate")
-	if m.snapshot().phase != instanceapi.PhaseRunning {
+	if m.snapshot().life.Phase() != instanceapi.PhaseRunning {
 		m.ForwardSignal(syscall.SIGHUP)
 		return nil
 	}
@@ -58,7 +58,7 @@ func (m *Manager) reloadTLS(ctx context.Context) error {
 // by managers before them lack them.
 func (m *Manager) ensurePrimaryRights(ctx context.Context) error {
 	s := m.snapshot()
-	if m.primaryRightsGranted || s.role != instanceapi.RolePrimary || s.phase != instanceapi.PhaseRunning {
+	if m.primaryRightsGranted || s.role != instanceapi.RolePrimary || s.life.Phase() != instanceapi.PhaseRunning {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)

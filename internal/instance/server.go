@@ -173,7 +173,7 @@ func serveResult[T any](fn func(context.Context) (T, error)) http.HandlerFunc {
 // must not get the pod killed and the recovery started over.
 func (m *Manager) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 	st := m.snapshot()
-	writeJSON(w, http.StatusOK, map[string]any{"phase": st.phase})
+	writeJSON(w, http.StatusOK, map[string]any{"phase": st.life.Phase()})
 }
 
 func (m *Manager) withUpstream(fn func(context.Context, instanceapi.Upstream) error) http.HandlerFunc {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"tusk.dev/tusk/internal/instance/lifecycle"
 	"tusk.dev/tusk/internal/instance/sqlobjects"
 	"tusk.dev/tusk/internal/instanceapi"
 )
@@ -71,17 +72,15 @@ func serveApply[T any](apply func(context.Context, T) (instanceapi.ApplyResult, 
 // primary, and (503) one whose postgres is not up.
 func (m *Manager) checkWritable() error {
 	st := m.snapshot()
-	switch {
-	case st.role != instanceapi.RolePrimary:
+	if st.role != instanceapi.RolePrimary {
 		return fmt.Errorf("%w: this instance is a %s", errNotWritable, st.role)
-	case st.fenced || st.fencedByHand || st.phase == instanceapi.PhaseFenced:
-		return fmt.Errorf("%w: this primary is fenced", errNotWritable)
-	case st.terminating:
-		return fmt.Errorf("%w: this primary is stopping", errNotWritable)
-	case st.pendingRejoin != nil || st.phase == instanceapi.PhaseRejoining:
-		return fmt.Errorf("%w: this instance is rejoining as a replica", errNotWritable)
-	case st.phase != instanceapi.PhaseRunning:
-		return fmt.Errorf("%w (phase %s)", errPostgresDown, st.phase)
+	}
+	refusal := st.life.WriteRefusal()
+	if _, down := errors.AsType[lifecycle.NotRunningError](refusal); down {
+		return fmt.Errorf("%w (%w)", errPostgresDown, refusal)
+	}
+	if refusal != nil {
+		return fmt.Errorf("%w: %w", errNotWritable, refusal)
 	}
 	return nil
 }

@@ -26,10 +26,11 @@ func (m *Manager) managerStatus() instanceapi.Status {
 	st := m.snapshot()
 	status := instanceapi.Status{
 		Instance:     m.opts.Name,
-		Phase:        st.phase,
+		Phase:        st.life.Phase(),
 		Role:         instanceapi.RoleUnknown,
-		Fenced:       st.fencedByHand,
-		Terminating:  st.terminating,
+		Fenced:       st.life.FencedByHand(),
+		FencedBy:     st.life.FencedBy(),
+		Terminating:  st.life.Terminating(),
 		Restarts:     st.restarts,
 		CrashStreak:  st.currentCrashStreak(time.Now()),
 		LastError:    st.lastError,
@@ -127,7 +128,7 @@ func (m *Manager) dataDirSize() int64 {
 // currentCrashStreak is the crash streak as of now: a postgres that has run
 // for crashLoopStableRun since its last start has ended the streak.
 func (st state) currentCrashStreak(now time.Time) int {
-	if st.phase == instanceapi.PhaseRunning && now.Sub(st.startedAt) >= crashLoopStableRun {
+	if st.life.Phase() == instanceapi.PhaseRunning && now.Sub(st.startedAt) >= crashLoopStableRun {
 		return 0
 	}
 	return st.crashStreak

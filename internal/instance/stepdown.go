@@ -54,7 +54,7 @@ func (m *Manager) StepDown(ctx context.Context, up instanceapi.Upstream) (instan
 				m.log.Error(err, "Releasing the primary Lease after stepping down")
 			}
 		}
-		if m.snapshot().terminating {
+		if m.snapshot().life.Terminating() {
 			// A handover: the pod is going, postgres stays stopped.
 			return res, nil
 		}

@@ -15,6 +15,7 @@ import (
 	discoveryclient "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	"k8s.io/utils/ptr"
 
+	"tusk.dev/tusk/internal/instance/lifecycle"
 	"tusk.dev/tusk/internal/instance/supervisor"
 	"tusk.dev/tusk/internal/instanceapi"
 )
@@ -70,9 +71,7 @@ var errTerminating = errors.New("the instance manager is shutting down (its pod 
 // is nobody to hand over to: it shuts down at once, and the operator fails
 // over when a standby comes back.
 func (m *Manager) beginTermination(ctx context.Context) bool {
-	m.mu.Lock()
-	m.state.terminating = true
-	m.mu.Unlock()
+	m.record(lifecycle.Terminating)
 	wait := m.opts.Termination.HandoverWait
 	if wait <= 0 || m.snapshot().role != instanceapi.RolePrimary || !m.running() {
 		return false
@@ -154,7 +153,7 @@ func terminatingPods(slices []discoveryv1.EndpointSlice) map[string]bool {
 // under it (fenced, crashed).
 func (m *Manager) handedOver() bool {
 	st := m.snapshot()
-	return st.terminating && (st.role != instanceapi.RolePrimary || !m.running())
+	return st.life.Terminating() && (st.role != instanceapi.RolePrimary || !m.running())
 }
 
 // terminate stops the instance in the order that strands no client: a
@@ -163,9 +162,7 @@ func (m *Manager) handedOver() bool {
 // lets its sessions finish. Then, with postgres stopped, the pod's address
 // keeps refusing connections until no Service sends it any (drain).
 func (m *Manager) terminate(ctx context.Context) error {
-	m.mu.Lock()
-	m.state.terminating = true
-	m.mu.Unlock()
+	m.record(lifecycle.Terminating)
 	if m.snapshot().role == instanceapi.RolePrimary {
 		if err := m.stopPrimary(ctx); err != nil {
 			return err // postgres may still run, on this address: no drain

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"tusk.dev/tusk/internal/instance/lifecycle"
 	"tusk.dev/tusk/internal/instance/pgupgrade"
 	"tusk.dev/tusk/internal/instanceapi"
 )
@@ -98,7 +99,7 @@ func (m *Manager) newerDataDir(dataMajor int) error {
 	err := fmt.Errorf("the data directory is PostgreSQL %d, newer than this image's %d: a major version never goes back; "+
 		"run an image of %d, or restore a backup taken before the upgrade into a new cluster", dataMajor, m.opts.MajorVersion, dataMajor)
 	m.log.Error(err, "Refusing the data directory")
-	m.setUpgrade(&instanceapi.UpgradeStatus{To: dataMajor, Step: string(pgupgrade.StepCommitted), NewerData: dataMajor}, instanceapi.PhaseUpgradeFailed)
+	m.setUpgrade(&instanceapi.UpgradeStatus{To: dataMajor, Step: string(pgupgrade.StepCommitted), NewerData: dataMajor}, lifecycle.UpgradeFailed)
 	m.setError(err)
 	return errUpgradeFailed
 }
@@ -137,7 +138,7 @@ func (m *Manager) upgrade(ctx context.Context, from int) error {
 	o := m.opts.Upgrade
 	report := &instanceapi.UpgradeStatus{Attempt: o.Attempt, From: from, To: m.opts.MajorVersion}
 	if failed, ok := m.failedUpgrade(); ok && failed.Attempt == o.Attempt {
-		m.setUpgrade(failed, instanceapi.PhaseUpgradeFailed)
+		m.setUpgrade(failed, lifecycle.UpgradeFailed)
 		return errUpgradeFailed
 	}
 	old, err := pgupgrade.ReadOldBinaries(o.OldCopy)
@@ -154,14 +155,14 @@ func (m *Manager) upgrade(ctx context.Context, from int) error {
 		{string(pgupgrade.StepSwapped), func() error { return pgupgrade.Upgrade(ctx, plan) }},
 		{"Verified", func() error { return m.verifyUpgrade(ctx, plan) }},
 	}
-	m.setUpgrade(report, instanceapi.PhaseUpgrading)
+	m.setUpgrade(report, lifecycle.Upgrading)
 	m.log.Info("Upgrading the data directory", "from", from, "to", m.opts.MajorVersion, "mode", plan.Mode, "attempt", o.Attempt)
 	for _, step := range steps {
 		if err := step.run(); err != nil {
 			return m.upgradeFailed(report, err)
 		}
 		report.Step = step.name
-		m.setUpgrade(report, instanceapi.PhaseUpgrading)
+		m.setUpgrade(report, lifecycle.Upgrading)
 	}
 	st, err := pgupgrade.ReadState(m.opts.DataDir)
 	if err != nil {
@@ -171,7 +172,7 @@ func (m *Manager) upgrade(ctx context.Context, from int) error {
 		return err
 	}
 	report.Step = string(pgupgrade.StepCommitted)
-	m.setUpgrade(report, instanceapi.PhaseBootstrapping)
+	m.setUpgrade(report, lifecycle.Bootstrapping)
 	m.log.Info("Upgraded the data directory", "to", m.opts.MajorVersion)
 	_ = os.Remove(failedUpgradePath(m.opts.DataDir))
 	if st != nil {
@@ -208,7 +209,7 @@ func (m *Manager) upgradeFailed(report *instanceapi.UpgradeStatus, err error) er
 			m.log.Error(werr, "Recording the failed upgrade")
 		}
 	}
-	m.setUpgrade(report, instanceapi.PhaseUpgradeFailed)
+	m.setUpgrade(report, lifecycle.UpgradeFailed)
 	m.setError(err)
 	return errUpgradeFailed
 }
@@ -229,12 +230,13 @@ func (m *Manager) failedUpgrade() (*instanceapi.UpgradeStatus, bool) {
 	return &report, true
 }
 
-func (m *Manager) setUpgrade(report *instanceapi.UpgradeStatus, phase instanceapi.Phase) {
+// setUpgrade reports the upgrade, and records e in the lifecycle.
+func (m *Manager) setUpgrade(report *instanceapi.UpgradeStatus, e lifecycle.Event) {
 	copied := *report
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.state.upgrade = &copied
-	m.state.phase = phase
+	m.recordLocked(e)
 }
 
 // runUpgradeTool is pgupgrade's Runner for a manager that is PID 1: its

@@ -77,9 +77,9 @@ func TestResolveUpgradeReportsNewerData(t *testing.T) {
 		t.Fatalf("got %v, want errUpgradeFailed (wait with postgres stopped)", err)
 	}
 	st := m.snapshot()
-	if st.phase != instanceapi.PhaseUpgradeFailed || st.upgrade == nil || st.upgrade.NewerData != 18 || st.upgrade.Failed ||
+	if st.life.Phase() != instanceapi.PhaseUpgradeFailed || st.upgrade == nil || st.upgrade.NewerData != 18 || st.upgrade.Failed ||
 		!strings.Contains(st.lastError, "the data directory is PostgreSQL 18, newer than this image's 17: a major version never goes back") {
-		t.Errorf("phase %s, upgrade %+v, last error %q: want UpgradeFailed with newerData 18 and the refusal", st.phase, st.upgrade, st.lastError)
+		t.Errorf("phase %s, upgrade %+v, last error %q: want UpgradeFailed with newerData 18 and the refusal", st.life.Phase(), st.upgrade, st.lastError)
 	}
 }
 
@@ -144,8 +144,8 @@ func TestFailedUpgradeAttemptIsNotRunAgain(t *testing.T) {
 		t.Fatalf("got %v, want errUpgradeFailed", err)
 	}
 	st := m.snapshot()
-	if st.phase != instanceapi.PhaseUpgradeFailed || st.upgrade == nil || st.upgrade.Reason != failed.Reason {
-		t.Errorf("status: phase %s, upgrade %+v", st.phase, st.upgrade)
+	if st.life.Phase() != instanceapi.PhaseUpgradeFailed || st.upgrade == nil || st.upgrade.Reason != failed.Reason {
+		t.Errorf("status: phase %s, upgrade %+v", st.life.Phase(), st.upgrade)
 	}
 	// Another attempt runs (and here fails at once: no old server copied).
 	m.opts.Upgrade.Attempt = "17-2"

@@ -180,6 +180,18 @@ const (
 	PhaseUpgradeFailed Phase = "UpgradeFailed"
 )
 
+// FenceCause says what keeps a fenced instance's postgres stopped.
+type FenceCause string
+
+const (
+	// FenceCauseHand is POST /v1/fence (the operator, on the cluster's
+	// tusk.dev/fenced-instances annotation) until POST /v1/unfence.
+	FenceCauseHand FenceCause = "hand"
+	// FenceCauseLease is a primary that could not hold the primary Lease;
+	// it lifts this fence itself when it holds the Lease again.
+	FenceCauseLease FenceCause = "lease"
+)
+
 // Status is one instance's report, served on GET /status.
 type Status struct {
 	// Instance is the instance's name (its pod's name).
@@ -243,6 +255,12 @@ type Status struct {
 	// but not Fenced: it lifts that fence itself when it holds the Lease
 	// again.
 	Fenced bool `json:"fenced,omitempty"`
+	// FencedBy names what keeps postgres stopped: "hand" (as Fenced says)
+	// or "lease" (a primary that could not hold its Lease, or gave it up
+	// crash-looping); the hand fence when both, as it is the one a human
+	// must lift (LastError names both). Empty when not fenced. Operators
+	// that predate it read Fenced and Phase.
+	FencedBy FenceCause `json:"fencedBy,omitempty"`
 	// Archive is the health of continuous WAL archiving on a primary that
 	// archives (pg_stat_archiver); nil on a replica or without archiving.
 	Archive *ArchiveStatus `json:"archive,omitempty"`
