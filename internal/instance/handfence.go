@@ -86,8 +86,10 @@ func leaseFenceReason(s state) string {
 
 // Unfence lifts a hand fence (POST /v1/unfence) and starts postgres. It
 // does not lift a Lease fence: a primary starts only once it holds the
-// Lease, or the answer is an error and it stays fenced until it does.
-// Unfencing an instance not fenced by hand changes nothing.
+// Lease, or the answer is an error and it stays fenced until it does. A
+// former primary whose rejoin could not be done yet starts once the run
+// loop has done it. Unfencing an instance not fenced by hand changes
+// nothing.
 func (m *Manager) Unfence(ctx context.Context) error {
 	_, err := m.do(ctx, "unfence", func(ctx context.Context) (any, error) { return nil, m.unfence(ctx) })
 	return err
@@ -111,6 +113,14 @@ func (m *Manager) unfence(ctx context.Context) error {
 		return fmt.Errorf("the instance stays fenced: while removing the hand fence's mark: %w", err)
 	}
 	m.record(lifecycle.Unfenced)
+	if _, pending := m.snapshot().life.PendingRejoin(); pending {
+		// The data directory was a former primary's and could not rejoin
+		// yet (its primary does not answer): started now it would be a
+		// second writable primary. The run loop tries the rejoin again
+		// and starts postgres once it is done.
+		m.log.Info("The hand fence is lifted; postgres starts once the data directory has rejoined its primary")
+		return nil
+	}
 	if m.running() {
 		return nil
 	}

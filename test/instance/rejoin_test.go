@@ -4,6 +4,7 @@ package instance
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -57,6 +58,47 @@ func TestFormerPrimaryWaitsForTheNewPrimary(t *testing.T) {
 	if strings.Contains(former.logs(), "copying the primary afresh") {
 		t.Errorf("the former primary was copied afresh; a rewind was enough:\n%s", former.logs())
 	}
+}
+
+// TestUnfencedFormerPrimaryWaitsToRejoin: a primary fenced by hand, then
+// recreated as a replica while the new primary does not answer, stays
+// fenced with its data directory as it was; unfenced, it tries to rejoin
+// and fails, and postgres stays stopped: started from the former
+// primary's data it would be a second writable primary. Once the new
+// primary answers, the run loop rejoins it and starts it as a replica.
+func TestUnfencedFormerPrimaryWaitsToRejoin(t *testing.T) {
+	former := startNode(t, "urj-1", nodeOptions{role: instanceapi.RolePrimary})
+	former.waitReady(instanceapi.RolePrimary)
+	former.exec("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)")
+	next := startNode(t, "urj-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: former.port})
+	next.waitReady(instanceapi.RoleReplica)
+	next.waitIDs(1)
+
+	former.command(http.MethodPost, instanceapi.PathFence, nil, nil)
+	former.stop()
+	next.command(http.MethodPost, instanceapi.PathPromote, nil, nil)
+	next.waitReady(instanceapi.RolePrimary)
+	next.exec("INSERT INTO t VALUES (2)")
+	next.stop()
+
+	former.start(withFlags(former.args, "--role", string(instanceapi.RoleReplica), "--upstream-port", strconv.Itoa(next.port)))
+	former.waitLog("Fenced by hand before this start")
+	former.command(http.MethodPost, instanceapi.PathUnfence, nil, nil)
+	former.waitFor("waiting to rejoin, unfenced", func(st instanceapi.Status) error {
+		if st.Fenced || st.Phase != instanceapi.PhaseRejoining || !strings.Contains(st.LastError, "cannot rejoin until the primary answers") {
+			return fmt.Errorf("fenced %v, phase %s, last error %s", st.Fenced, st.Phase, st.LastError)
+		}
+		return nil
+	})
+	if ps := former.postgresProcesses(); len(ps) > 0 {
+		t.Fatalf("an unfenced former primary that has not rejoined runs postgres: %v\n%s", ps, former.logs())
+	}
+
+	next.start(withFlags(next.args, "--role", string(instanceapi.RolePrimary)))
+	next.waitReady(instanceapi.RolePrimary)
+	former.waitReady(instanceapi.RoleReplica)
+	next.exec("INSERT INTO t VALUES (3)")
+	former.waitIDs(1, 2, 3)
 }
 
 // withFlags returns args with the value of each flag given replaced.

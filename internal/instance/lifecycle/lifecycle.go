@@ -52,6 +52,10 @@ var (
 	// ErrFencedByHand refuses what would start postgres, or move its data
 	// directory to another history, while it is fenced by hand.
 	ErrFencedByHand = errors.New("this instance is fenced by hand: POST " + instanceapi.PathUnfence + " starts postgres again")
+	// ErrRejoinPending refuses to start postgres before a pending rejoin
+	// is done: the data directory may still be a former primary's, which
+	// would start as a second writable primary.
+	ErrRejoinPending = errors.New("this instance has a rejoin to finish first: postgres starts once its data directory follows the primary")
 	// ErrRefused refuses an event that does not follow from the state,
 	// such as accepting connections without having started.
 	ErrRefused = errors.New("refused transition")
@@ -99,8 +103,8 @@ func inPhase(p instanceapi.Phase) func(State, Event) (State, error) {
 	}
 }
 
-// start: postgres may start unless a fence keeps it stopped; the hand
-// fence is named first, as it is what a human must lift.
+// start: postgres may start unless a fence or a pending rejoin keeps it
+// stopped; the hand fence is named first, as it is what a human must lift.
 func start(s State, _ Event) (State, error) {
 	if err := s.MayStart(); err != nil {
 		return s, err

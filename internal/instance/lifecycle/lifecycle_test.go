@@ -111,6 +111,8 @@ func TestTransitions(t *testing.T) {
 		{"a reclone done clears it", with(running, Exited, RecloneNeeded(newPrimary), RejoinStarted), Rejoined,
 			State{phase: instanceapi.PhaseRejoining}, nil},
 		{"a rejoin (a demote) is refused while fenced by hand", with(running, FencedByHand, Stopped), Rejoined, State{}, ErrFencedByHand},
+		{"a start is refused while a rejoin is pending", with(running, Stopped, RejoinStarted, RejoinPending(newPrimary)), Started, State{}, ErrRejoinPending},
+		{"a start is refused after an unfence while the rejoin is pending", with(running, FencedByHand, Stopped, RejoinStarted, RejoinPending(newPrimary), Unfenced), Started, State{}, ErrRejoinPending},
 
 		// Termination.
 		{"SIGTERM terminates", running, Terminating, State{phase: instanceapi.PhaseRunning, terminating: true}, nil},
@@ -204,6 +206,10 @@ func TestInvariants(t *testing.T) {
 		}},
 		{"postgres never starts while a fence holds", func(from State, e Event, _ State, err error) bool {
 			return e.kind != started || !from.KeptStopped() || err != nil
+		}},
+		{"postgres never starts before a pending rejoin is done (a former primary's data would start writable)", func(from State, e Event, _ State, err error) bool {
+			_, pending := from.PendingRejoin()
+			return e.kind != started || !pending || err != nil
 		}},
 		{"MayStart answers as Started does", func(from State, e Event, _ State, err error) bool {
 			return e.kind != started || errors.Is(err, from.MayStart())

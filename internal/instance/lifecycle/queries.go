@@ -39,6 +39,8 @@ func (s State) MayStart() error {
 		return ErrFencedByHand
 	case s.leaseFenced:
 		return ErrLeaseFenced
+	case s.rejoin != nil:
+		return ErrRejoinPending
 	}
 	return nil
 }
