@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -115,4 +116,56 @@ func TestCacheHoldsOnlyTuskObjects(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestCacheKeepsLittleOfLabelledObjects: a tenant's Secrets and ConfigMaps
+// labelled as Tusk's, of a MiB each, are in the operator's cache without
+// their data, annotations or other labels (marked trimmed); a Secret of
+// the name Tusk gives the cluster's CA, which the cluster controls, is
+// there whole.
+func TestCacheKeepsLittleOfLabelledObjects(t *testing.T) {
+	ns := newNamespace(t)
+	c := startCache(t, CacheOptions([]string{ns}))
+	labels := map[string]string{LabelCluster: "pg", "stuffing.example/x": "y"}
+	annotations := map[string]string{"note": strings.Repeat("a", 100<<10)}
+	payload := strings.Repeat("x", 1000<<10)
+	stuffedSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stuffing", Labels: labels, Annotations: annotations},
+		Data: map[string][]byte{"payload": []byte(payload)}}
+	stuffedMap := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stuffing", Labels: labels, Annotations: annotations},
+		Data: map[string]string{"payload": payload}}
+	owner := metav1.OwnerReference{APIVersion: "tusk.dev/v1alpha1", Kind: "PostgresCluster", Name: "pg", UID: "0f1e2d3c", Controller: ptr.To(true)}
+	ca := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pg-ca", Labels: labels, Annotations: annotations,
+		OwnerReferences: []metav1.OwnerReference{owner}}, Data: map[string][]byte{keyCACert: []byte(payload)}}
+	for _, o := range []client.Object{stuffedSecret, stuffedMap, ca} {
+		create(t, o)
+	}
+	// One watch delivers a kind's events in order: the Secret created last.
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		return c.Get(ctx, client.ObjectKeyFromObject(ca), &corev1.Secret{})
+	})
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		return c.Get(ctx, client.ObjectKeyFromObject(stuffedMap), &corev1.ConfigMap{})
+	})
+
+	s := &corev1.Secret{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(stuffedSecret), s); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Data) > 0 || len(s.Annotations) != 1 || s.Annotations[annotationTrimmed] == "" || len(s.Labels) != 1 {
+		t.Errorf("the cache holds the tenant's labelled Secret with %d bytes of data, annotations %d, labels %v", dataBytes(s.Data), len(s.Annotations), s.Labels)
+	}
+	m := &corev1.ConfigMap{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(stuffedMap), m); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Data) > 0 || len(m.Annotations) != 1 || m.Annotations[annotationTrimmed] == "" || len(m.Labels) != 1 {
+		t.Errorf("the cache holds the tenant's labelled ConfigMap with %d bytes of data, annotations %d, labels %v", stringDataBytes(m.Data), len(m.Annotations), m.Labels)
+	}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(ca), s); err != nil {
+		t.Fatal(err)
+	}
+	if string(s.Data[keyCACert]) != payload || len(s.Annotations) != 1 || len(s.ManagedFields) > 0 {
+		t.Errorf("the cache holds the cluster's CA Secret with %d bytes of %s and annotations %d, managedFields %d; want it whole but for managedFields",
+			len(s.Data[keyCACert]), keyCACert, len(s.Annotations), len(s.ManagedFields))
+	}
 }

@@ -16,7 +16,8 @@ import (
 )
 
 // secretReader reads Secrets: from the cache, which holds only the
-// Secrets Tusk made (CacheOptions), else with a GET to the API server.
+// Secrets Tusk made (CacheOptions), else, and for one the cache keeps
+// little of (trimSecretsAndConfigMaps), with a GET to the API server.
 // A Secret the user names (S3 keys, a CA, a password) is one of the
 // latter: it is read when needed and never kept.
 type secretReader struct {
@@ -38,7 +39,8 @@ func (s secretReader) get(ctx context.Context, namespace, name string) (*corev1.
 	key := client.ObjectKey{Namespace: namespace, Name: name}
 	secret := &corev1.Secret{}
 	err := s.cached.Get(ctx, key, secret)
-	if apierrors.IsNotFound(err) {
+	if apierrors.IsNotFound(err) || err == nil && secret.Annotations[annotationTrimmed] != "" {
+		secret = &corev1.Secret{}
 		err = s.api.Get(ctx, key, secret)
 	}
 	if apierrors.IsNotFound(err) {

@@ -58,7 +58,9 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config, namespaces []string) error {
 
 // CacheOptions limit what the manager's cache holds to the objects Tusk
 // made: of every kind but its own custom resources, only objects labelled
-// with a cluster (Tusk labels all it creates), without their managedFields.
+// with a cluster (Tusk labels all it creates), without their managedFields;
+// of the Secrets and ConfigMaps so labelled that Tusk did not make, little
+// more than their names.
 // Caching a kind cluster-wide holds every object of it in memory: the
 // Secrets of a large cluster alone run to gigabytes. A Secret the user
 // names is read with an uncached GET (secretReader) and watched by name
@@ -68,13 +70,18 @@ func CacheOptions(namespaces []string) cache.Options {
 	ours := tuskObjects()
 	byObject := map[client.Object]cache.ByObject{}
 	for _, o := range []client.Object{
-		&corev1.Pod{}, &corev1.PersistentVolumeClaim{}, &corev1.Service{}, &corev1.Secret{}, &corev1.ConfigMap{},
+		&corev1.Pod{}, &corev1.PersistentVolumeClaim{}, &corev1.Service{},
 		&corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}, &policyv1.PodDisruptionBudget{}, &networkingv1.NetworkPolicy{},
 		&appsv1.Deployment{},
 		// Every node renews a Lease of its own every few seconds.
 		&coordinationv1.Lease{},
 	} {
 		byObject[o] = cache.ByObject{Label: ours}
+	}
+	// Anyone may label a Secret or ConfigMap, of a MiB each: of those Tusk
+	// did not make the cache keeps little (trimSecretsAndConfigMaps).
+	for _, o := range []client.Object{&corev1.Secret{}, &corev1.ConfigMap{}} {
+		byObject[o] = cache.ByObject{Label: ours, Transform: trimSecretsAndConfigMaps}
 	}
 	return cache.Options{
 		ByObject:          byObject,

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -34,6 +35,12 @@ const (
 	// The operator may keep a name and a version per Secret; 2,000 of
 	// them come to well under a MiB. Caching the Secrets would take 125.
 	maxHeapGrowthMiB = 16
+	// hostileObjects Secrets and as many ConfigMaps of hostileBytes each
+	// come from a tenant who labels them as Tusk's (tusk.dev/cluster), half
+	// of the Secrets controlled by the tenant's own cluster: the cache's
+	// label selector takes them, and caching them whole would take 600 MiB.
+	hostileObjects = 300
+	hostileBytes   = 900 << 10
 )
 
 // BenchmarkOperatorMemory runs the operator (in this process, as `tusk
@@ -107,16 +114,26 @@ func measure(b *testing.B, c client.Client, i int) {
 		Data:       map[string][]byte{"password": []byte("late")},
 	})
 	waitFor(b, c, tenant, "late-1", &corev1.Pod{})
+	start = time.Now()
+	createHostileObjects(b, c, tenant)
+	hostile := time.Since(start)
+	// One watch delivers a kind's events in order: once the operator has
+	// made again the Secret and the ConfigMap of cluster a deleted after
+	// the tenant's objects, it has seen those too.
+	remade(b, c, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "a-app"}})
+	remade(b, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "a-config"}})
 	after := liveHeapMiB()
 
 	growth := after - before
 	b.ReportMetric(before, "heap-before-MiB")
 	b.ReportMetric(after, "heap-after-MiB")
 	b.ReportMetric(growth, "growth-MiB")
-	b.Logf("figure: operator live heap %.1f MiB with 4 clusters, %.1f MiB after %d foreign Secrets of %d KiB (%.0f MiB, made in %s): grew %.1f MiB",
-		before, after, foreignSecrets, foreignSecretBytes>>10, float64(foreignSecrets*foreignSecretBytes)/(1<<20), made.Round(time.Second), growth)
+	b.Logf("figure: operator live heap %.1f MiB with 4 clusters, %.1f MiB after %d foreign Secrets of %d KiB (%.0f MiB, made in %s) "+
+		"and %d Secrets and %d ConfigMaps of %d KiB labelled as Tusk's (%.0f MiB, made in %s): grew %.1f MiB",
+		before, after, foreignSecrets, foreignSecretBytes>>10, float64(foreignSecrets*foreignSecretBytes)/(1<<20), made.Round(time.Second),
+		hostileObjects, hostileObjects, hostileBytes>>10, float64(2*hostileObjects*hostileBytes)/(1<<20), hostile.Round(time.Second), growth)
 	if growth > maxHeapGrowthMiB {
-		b.Errorf("the operator's live heap grew by %.1f MiB with Secrets that are not Tusk's (bound %d MiB): it caches them", growth, maxHeapGrowthMiB)
+		b.Errorf("the operator's live heap grew by %.1f MiB with Secrets and ConfigMaps that are not Tusk's (bound %d MiB): it caches them", growth, maxHeapGrowthMiB)
 	}
 }
 
@@ -175,6 +192,76 @@ func createForeignSecrets(b *testing.B, c client.Client, run int) {
 	if err := <-errs; err != nil {
 		b.Fatalf("creating the foreign Secrets: %v", err)
 	}
+}
+
+// createHostileObjects makes hostileObjects Secrets and ConfigMaps of
+// random data in the tenant's namespace, labelled with cluster a and
+// annotated to the limit, half of the Secrets controlled by cluster a,
+// with eight writers.
+func createHostileObjects(b *testing.B, c client.Client, ns string) {
+	b.Helper()
+	owner := &tuskv1alpha1.PostgresCluster{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "a"}, owner); err != nil {
+		b.Fatal(err)
+	}
+	note := strings.Repeat("n", 200<<10)
+	work := make(chan int)
+	errs := make(chan error, 8)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for k := range work {
+				data := make([]byte, hostileBytes)
+				_, _ = rand.Read(data)
+				meta := metav1.ObjectMeta{Namespace: ns, Name: "hostile-" + strconv.Itoa(k),
+					Labels: map[string]string{tuskv1alpha1.LabelCluster: "a"}, Annotations: map[string]string{"note": note}}
+				if k%2 == 0 {
+					meta.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(owner, tuskv1alpha1.GroupVersion.WithKind("PostgresCluster"))}
+				}
+				for _, o := range []client.Object{
+					&corev1.Secret{ObjectMeta: meta, Data: map[string][]byte{"data": data}},
+					&corev1.ConfigMap{ObjectMeta: *meta.DeepCopy(), BinaryData: map[string][]byte{"data": data}},
+				} {
+					if err := c.Create(context.Background(), o); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		})
+	}
+	for k := range hostileObjects {
+		work <- k
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatalf("creating the hostile objects: %v", err)
+	}
+}
+
+// remade deletes obj, one the operator makes, and waits until it is there
+// again.
+func remade(b *testing.B, c client.Client, obj client.Object) {
+	b.Helper()
+	key := client.ObjectKeyFromObject(obj)
+	if err := c.Get(context.Background(), key, obj); err != nil {
+		b.Fatal(err)
+	}
+	uid := obj.GetUID()
+	if err := c.Delete(context.Background(), obj); err != nil {
+		b.Fatal(err)
+	}
+	testenv.Eventually(b, 2*time.Minute, func(ctx context.Context) error {
+		if err := c.Get(ctx, key, obj); err != nil {
+			return err
+		}
+		if obj.GetUID() == uid {
+			return fmt.Errorf("%s is not made again yet", key)
+		}
+		return nil
+	})
 }
 
 func createNamespace(b *testing.B, c client.Client, name string) {
