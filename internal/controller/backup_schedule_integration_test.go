@@ -246,20 +246,7 @@ func TestRetentionPrunesTheStoreAndTheBackups(t *testing.T) {
 	ctx := context.Background()
 	s3 := testenv.StartS3(t, testenv.S3Options{})
 	ns := newNamespace(t)
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "s3", Namespace: ns},
-		Data:       map[string][]byte{"ACCESS_KEY_ID": []byte(s3.AccessKey), "SECRET_ACCESS_KEY": []byte(s3.SecretKey)},
-	}
-	create(t, secret)
-	spec := tuskv1alpha1.ObjectStoreSpec{
-		Endpoint: s3.Endpoint, Bucket: s3.Bucket, Path: "prod/" + ns, Region: "us-east-1",
-		CredentialsSecret: tuskv1alpha1.S3CredentialsSecret{Name: "s3"},
-	}
-	store, err := objectstore.New(objectstore.Config{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Path: spec.Path,
-		Region: "us-east-1", AccessKeyID: s3.AccessKey, SecretAccessKey: s3.SecretKey})
-	if err != nil {
-		t.Fatal(err)
-	}
+	secret, spec, store := s3Location(t, s3, ns, "prod/"+ns)
 	now := time.Now().UTC().Truncate(time.Second)
 	backupClock.SetTime(now)
 	day := 24 * time.Hour
@@ -350,6 +337,27 @@ func TestRetentionPrunesTheStoreAndTheBackups(t *testing.T) {
 	statusWrittenByClusterReconcilerOnly(t, key)
 }
 
+// s3Location is a location on the test's S3 server: the credentials
+// Secret "s3" in ns, the spec that names it, and a Store on it.
+func s3Location(t *testing.T, s3 *testenv.S3, ns, path string) (*corev1.Secret, tuskv1alpha1.ObjectStoreSpec, *objectstore.Store) {
+	t.Helper()
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "s3", Namespace: ns},
+		Data:       map[string][]byte{"ACCESS_KEY_ID": []byte(s3.AccessKey), "SECRET_ACCESS_KEY": []byte(s3.SecretKey)},
+	}
+	create(t, secret)
+	spec := tuskv1alpha1.ObjectStoreSpec{
+		Endpoint: s3.Endpoint, Bucket: s3.Bucket, Path: path, Region: "us-east-1",
+		CredentialsSecret: tuskv1alpha1.S3CredentialsSecret{Name: "s3"},
+	}
+	store, err := objectstore.New(objectstore.Config{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Path: spec.Path,
+		Region: "us-east-1", AccessKeyID: s3.AccessKey, SecretAccessKey: s3.SecretKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return secret, spec, store
+}
+
 // testSystemID is the database system identifier the tests' clusters
 // report (reportSystemIdentifier).
 const testSystemID = "7400000000000000001"
@@ -383,19 +391,7 @@ func TestRetentionPrunesOnlyItsOwnLocation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s3 := testenv.StartS3(t, testenv.S3Options{})
 			ns := newNamespace(t)
-			create(t, &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Name: "s3", Namespace: ns},
-				Data:       map[string][]byte{"ACCESS_KEY_ID": []byte(s3.AccessKey), "SECRET_ACCESS_KEY": []byte(s3.SecretKey)},
-			})
-			spec := tuskv1alpha1.ObjectStoreSpec{
-				Endpoint: s3.Endpoint, Bucket: s3.Bucket, Path: "victim", Region: "us-east-1",
-				CredentialsSecret: tuskv1alpha1.S3CredentialsSecret{Name: "s3"},
-			}
-			store, err := objectstore.New(objectstore.Config{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Path: spec.Path,
-				Region: "us-east-1", AccessKeyID: s3.AccessKey, SecretAccessKey: s3.SecretKey})
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, spec, store := s3Location(t, s3, ns, "victim")
 			now := time.Now().UTC().Truncate(time.Second)
 			backupClock.SetTime(now)
 			// The victim's backups, all far outside the attacker's window.

@@ -21,13 +21,7 @@ import (
 // of exiting into the kubelet's CrashLoopBackOff; once the new primary
 // answers it rejoins without a fresh copy.
 func TestFormerPrimaryWaitsForTheNewPrimary(t *testing.T) {
-	former := startNode(t, "rj-1", nodeOptions{role: instanceapi.RolePrimary})
-	former.waitReady(instanceapi.RolePrimary)
-	former.exec("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)")
-	next := startNode(t, "rj-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: former.port})
-	next.waitReady(instanceapi.RoleReplica)
-	next.waitIDs(1)
-
+	former, next := primaryWithReplica(t, "rj")
 	former.stop()
 	next.command(http.MethodPost, instanceapi.PathPromote, nil, nil)
 	next.waitReady(instanceapi.RolePrimary)
@@ -67,13 +61,7 @@ func TestFormerPrimaryWaitsForTheNewPrimary(t *testing.T) {
 // primary's data it would be a second writable primary. Once the new
 // primary answers, the run loop rejoins it and starts it as a replica.
 func TestUnfencedFormerPrimaryWaitsToRejoin(t *testing.T) {
-	former := startNode(t, "urj-1", nodeOptions{role: instanceapi.RolePrimary})
-	former.waitReady(instanceapi.RolePrimary)
-	former.exec("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)")
-	next := startNode(t, "urj-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: former.port})
-	next.waitReady(instanceapi.RoleReplica)
-	next.waitIDs(1)
-
+	former, next := primaryWithReplica(t, "urj")
 	former.command(http.MethodPost, instanceapi.PathFence, nil, nil)
 	former.stop()
 	next.command(http.MethodPost, instanceapi.PathPromote, nil, nil)
@@ -99,6 +87,19 @@ func TestUnfencedFormerPrimaryWaitsToRejoin(t *testing.T) {
 	former.waitReady(instanceapi.RoleReplica)
 	next.exec("INSERT INTO t VALUES (3)")
 	former.waitIDs(1, 2, 3)
+}
+
+// primaryWithReplica starts a primary <prefix>-1 with a row in table t
+// and a replica <prefix>-2 that has it.
+func primaryWithReplica(t *testing.T, prefix string) (primary, replica *node) {
+	t.Helper()
+	primary = startNode(t, prefix+"-1", nodeOptions{role: instanceapi.RolePrimary})
+	primary.waitReady(instanceapi.RolePrimary)
+	primary.exec("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)")
+	replica = startNode(t, prefix+"-2", nodeOptions{role: instanceapi.RoleReplica, upstreamPort: primary.port})
+	replica.waitReady(instanceapi.RoleReplica)
+	replica.waitIDs(1)
+	return primary, replica
 }
 
 // withFlags returns args with the value of each flag given replaced.

@@ -5,6 +5,7 @@
 package operator
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -157,47 +158,23 @@ func cluster(ns, name string) *tuskv1alpha1.PostgresCluster {
 }
 
 // createForeignSecrets makes foreignSecrets Secrets of random (so
-// incompressible) data, spread over foreignNamespaces namespaces, with
-// eight writers.
+// incompressible) data, spread over foreignNamespaces namespaces.
 func createForeignSecrets(b *testing.B, c client.Client, run int) {
 	b.Helper()
 	for n := range foreignNamespaces {
 		createNamespace(b, c, fmt.Sprintf("other-%d-%d", run, n))
 	}
-	work := make(chan int)
-	errs := make(chan error, 8)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for k := range work {
-				data := make([]byte, foreignSecretBytes)
-				_, _ = rand.Read(data)
-				s := &corev1.Secret{
-					ObjectMeta: metav1.ObjectMeta{Namespace: fmt.Sprintf("other-%d-%d", run, k%foreignNamespaces), Name: "s-" + strconv.Itoa(k)},
-					Data:       map[string][]byte{"data": data},
-				}
-				if err := c.Create(context.Background(), s); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	for k := range foreignSecrets {
-		work <- k
-	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		b.Fatalf("creating the foreign Secrets: %v", err)
-	}
+	createAll(b, c, "the foreign Secrets", foreignSecrets, func(k int) []client.Object {
+		return []client.Object{&corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: fmt.Sprintf("other-%d-%d", run, k%foreignNamespaces), Name: "s-" + strconv.Itoa(k)},
+			Data:       map[string][]byte{"data": randomBytes(foreignSecretBytes)},
+		}}
+	})
 }
 
 // createHostileObjects makes hostileObjects Secrets and ConfigMaps of
 // random data in the tenant's namespace, labelled with cluster a and
-// annotated to the limit, half of the Secrets controlled by cluster a,
-// with eight writers.
+// annotated to the limit, half of the Secrets controlled by cluster a.
 func createHostileObjects(b *testing.B, c client.Client, ns string) {
 	b.Helper()
 	owner := &tuskv1alpha1.PostgresCluster{}
@@ -205,40 +182,57 @@ func createHostileObjects(b *testing.B, c client.Client, ns string) {
 		b.Fatal(err)
 	}
 	note := strings.Repeat("n", 200<<10)
+	createAll(b, c, "the hostile objects", hostileObjects, func(k int) []client.Object {
+		data := randomBytes(hostileBytes)
+		meta := metav1.ObjectMeta{Namespace: ns, Name: "hostile-" + strconv.Itoa(k),
+			Labels: map[string]string{tuskv1alpha1.LabelCluster: "a"}, Annotations: map[string]string{"note": note}}
+		if k%2 == 0 {
+			meta.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(owner, tuskv1alpha1.GroupVersion.WithKind("PostgresCluster"))}
+		}
+		return []client.Object{
+			&corev1.Secret{ObjectMeta: meta, Data: map[string][]byte{"data": data}},
+			&corev1.ConfigMap{ObjectMeta: *meta.DeepCopy(), BinaryData: map[string][]byte{"data": data}},
+		}
+	})
+}
+
+// createAll creates the objects objectsOf makes for 0…n-1, with eight
+// writers; the first error fails the benchmark once all have stopped.
+func createAll(b *testing.B, c client.Client, what string, n int, objectsOf func(k int) []client.Object) {
+	b.Helper()
 	work := make(chan int)
-	errs := make(chan error, 8)
-	var wg sync.WaitGroup
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
 	for range 8 {
 		wg.Go(func() {
-			for k := range work {
-				data := make([]byte, hostileBytes)
-				_, _ = rand.Read(data)
-				meta := metav1.ObjectMeta{Namespace: ns, Name: "hostile-" + strconv.Itoa(k),
-					Labels: map[string]string{tuskv1alpha1.LabelCluster: "a"}, Annotations: map[string]string{"note": note}}
-				if k%2 == 0 {
-					meta.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(owner, tuskv1alpha1.GroupVersion.WithKind("PostgresCluster"))}
-				}
-				for _, o := range []client.Object{
-					&corev1.Secret{ObjectMeta: meta, Data: map[string][]byte{"data": data}},
-					&corev1.ConfigMap{ObjectMeta: *meta.DeepCopy(), BinaryData: map[string][]byte{"data": data}},
-				} {
+			for k := range work { // drained to the end, also after an error
+				for _, o := range objectsOf(k) {
 					if err := c.Create(context.Background(), o); err != nil {
-						errs <- err
-						return
+						mu.Lock()
+						first = cmp.Or(first, err)
+						mu.Unlock()
 					}
 				}
 			}
 		})
 	}
-	for k := range hostileObjects {
+	for k := range n {
 		work <- k
 	}
 	close(work)
 	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		b.Fatalf("creating the hostile objects: %v", err)
+	if first != nil {
+		b.Fatalf("creating %s: %v", what, first)
 	}
+}
+
+func randomBytes(n int) []byte {
+	data := make([]byte, n)
+	_, _ = rand.Read(data)
+	return data
 }
 
 // remade deletes obj, one the operator makes, and waits until it is there
