@@ -84,6 +84,9 @@ func primaryFailure(c *tuskv1alpha1.PostgresCluster, v *view) string {
 // among the safe candidates.
 func failoverCandidate(c *tuskv1alpha1.PostgresCluster, v *view) (*member, string) {
 	candidates := promotable(c, v)
+	if has := withEveryWrite(c, v, candidates); len(has) > 0 {
+		return preferTarget(c, v, has), ""
+	}
 	if q := c.Status.SynchronousQuorum; q != nil && q.Number > 0 {
 		candidates = slices.DeleteFunc(candidates, func(m *member) bool { return !slices.Contains(q.Standbys, m.name) })
 		if need := len(q.Standbys) - int(q.Number) + 1; len(candidates) < need {
@@ -94,14 +97,53 @@ func failoverCandidate(c *tuskv1alpha1.PostgresCluster, v *view) (*member, strin
 	if len(candidates) == 0 {
 		return nil, "no replica answers that could be promoted"
 	}
-	best := slices.MaxFunc(candidates, moreAdvanced)
-	if target := v.member(c.Status.TargetPrimary); target != nil && slices.Contains(candidates, target) {
-		best = target
-	}
+	best := preferTarget(c, v, candidates)
 	if ahead := aheadOf(c, v, best); ahead != "" {
 		return nil, ahead
 	}
 	return best, ""
+}
+
+// preferTarget is the target chosen by hand, or by a switchover, when it
+// is among the candidates, else the most advanced of them.
+func preferTarget(c *tuskv1alpha1.PostgresCluster, v *view, candidates []*member) *member {
+	if target := v.member(c.Status.TargetPrimary); target != nil && slices.Contains(candidates, target) {
+		return target
+	}
+	return slices.MaxFunc(candidates, moreAdvanced)
+}
+
+// withEveryWrite are the candidates that surely have every write of a
+// failed primary that shut down cleanly and stays stopped to rejoin (a
+// switchover's step-down that its pod's deletion cut short, then every
+// pod deleted): it wrote nothing after its shutdown checkpoint, so a
+// replica on its timeline that received that checkpoint has every commit
+// it acknowledged, whatever the quorum's other standbys say or whether
+// they answer. Nil when the primary's data directory bounds nothing.
+//
+// A replica's timeline can lag the one it replays (it is its last
+// restartpoint's while no WAL receiver runs); a lagging one is left to the
+// quorum's rule, never taken for one on another history.
+func withEveryWrite(c *tuskv1alpha1.PostgresCluster, v *view, candidates []*member) []*member {
+	p := v.member(c.Status.CurrentPrimary)
+	if p == nil || p.status == nil || p.status.Phase != instanceapi.PhaseRejoining {
+		return nil
+	}
+	d := p.status.StoppedForRejoin
+	if d == nil || d.State != instanceapi.StateShutDown || d.Standby {
+		return nil
+	}
+	last, err := postgres.ParseLSN(d.CheckpointLSN)
+	if err != nil {
+		return nil
+	}
+	var has []*member
+	for _, m := range candidates {
+		if m.status.Timeline == d.Timeline && receivedLSN(m.status) > last {
+			has = append(has, m)
+		}
+	}
+	return has
 }
 
 // promotable are the replicas that answer and run: the only ones a

@@ -22,6 +22,7 @@ type inst struct {
 	fenced    bool   // fenced by hand
 	streaming bool   // a replica with a live WAL receiver
 	received  string // a replica's received LSN
+	timeline  uint32 // a replica's timeline
 }
 
 // testView builds the view of cluster c: each instance has a volume, a pod
@@ -47,7 +48,7 @@ func testView(c *tuskv1alpha1.PostgresCluster, instances ...inst) *view {
 		}
 		if !in.noStatus && !in.noPod {
 			st := &instanceapi.Status{Instance: name, Phase: "Running", Role: instanceapi.RoleReplica, Ready: in.ready,
-				Streaming: in.streaming, ReceivedLSN: in.received, ReplayedLSN: in.received, Fenced: in.fenced}
+				Streaming: in.streaming, ReceivedLSN: in.received, ReplayedLSN: in.received, Fenced: in.fenced, Timeline: in.timeline}
 			if name == c.Status.CurrentPrimary {
 				st.Role, st.Streaming, st.ReceivedLSN, st.ReplayedLSN, st.CurrentLSN = instanceapi.RolePrimary, false, "", "", "0/5000000"
 			}

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"strings"
 	"testing"
 	"time"
@@ -169,6 +170,123 @@ func TestFailoverCandidate(t *testing.T) {
 			}
 			// The primary's pod is gone.
 			v := testView(c, append([]inst{{serial: 1, noPod: true}}, tc.instances...)...)
+			got, why := failoverCandidate(c, v)
+			wantName := ""
+			if tc.want != 0 {
+				wantName = instanceName(c.Name, tc.want)
+			}
+			if nameOf(got) != wantName {
+				t.Fatalf("candidate = %s (%s), want %q", nameOf(got), why, wantName)
+			}
+			if !strings.Contains(why, tc.blocked) || (tc.blocked == "") != (why == "") {
+				t.Errorf("why = %q, want one saying %q", why, tc.blocked)
+			}
+		})
+	}
+}
+
+// TestFailoverAfterACleanShutdown: a switchover's step-down cut short by
+// its pod's deletion, then every pod deleted; the former primary (pg-1)
+// comes back cleanly shut down at 0/5248138 on timeline 2 and waits for a
+// primary to rejoin, and so does the quorum's other standby (pg-2, a
+// former primary of timeline 1): nothing can answer for the quorum, yet a
+// replica that received the shutdown checkpoint has every write.
+func TestFailoverAfterACleanShutdown(t *testing.T) {
+	const checkpoint = "0/5248138"
+	clean := &instanceapi.DataDirState{State: instanceapi.StateShutDown, Timeline: 2, CheckpointLSN: checkpoint}
+	cases := []struct {
+		name      string
+		stopped   *instanceapi.DataDirState // the former primary's StoppedForRejoin
+		phase     instanceapi.Phase         // the former primary's
+		instances []inst                    // pg-2 is rejoining; pg-3 and on
+		lastSeen  string                    // pg-4's last LSN in status
+		target    int32
+		want      int32
+		blocked   string
+	}{
+		{
+			name:      "a replica that received the shutdown checkpoint",
+			stopped:   clean,
+			instances: []inst{{serial: 3, received: "0/52481B0", timeline: 2}},
+			want:      3,
+		},
+		{
+			// What the rule replaces: the quorum's rule alone blocks.
+			name:      "no stopped data directory reported",
+			instances: []inst{{serial: 3, received: "0/52481B0", timeline: 2}},
+			blocked:   "only 1 of the 2 standbys",
+		},
+		{
+			name:      "the replica stopped short of the checkpoint",
+			stopped:   clean,
+			instances: []inst{{serial: 3, received: checkpoint, timeline: 2}},
+			blocked:   "only 1 of the 2 standbys",
+		},
+		{
+			// Its LSNs say nothing of timeline 2: it may have diverged.
+			name:      "the replica is on another timeline",
+			stopped:   clean,
+			instances: []inst{{serial: 3, received: "0/6000000", timeline: 1}},
+			blocked:   "only 1 of the 2 standbys",
+		},
+		{
+			// A crashed primary may have written past its last checkpoint.
+			name:      "the former primary did not shut down cleanly",
+			stopped:   &instanceapi.DataDirState{State: "in production", Timeline: 2, CheckpointLSN: checkpoint},
+			instances: []inst{{serial: 3, received: "0/52481B0", timeline: 2}},
+			blocked:   "only 1 of the 2 standbys",
+		},
+		{
+			name:      "a standby's data directory bounds nothing",
+			stopped:   &instanceapi.DataDirState{State: instanceapi.StateShutDown, Standby: true, Timeline: 2, CheckpointLSN: checkpoint},
+			instances: []inst{{serial: 3, received: "0/52481B0", timeline: 2}},
+			blocked:   "only 1 of the 2 standbys",
+		},
+		{
+			// Only while it waits to rejoin is the report current.
+			name:      "the former primary is not waiting to rejoin",
+			stopped:   clean,
+			phase:     instanceapi.PhaseStopped,
+			instances: []inst{{serial: 3, received: "0/52481B0", timeline: 2}},
+			blocked:   "only 1 of the 2 standbys",
+		},
+		{
+			name:      "the switchover's target among those that have everything",
+			stopped:   clean,
+			instances: []inst{{serial: 3, received: "0/52481B0", timeline: 2}, {serial: 4, received: "0/5300000", timeline: 2}},
+			target:    3,
+			want:      3,
+		},
+		{
+			name:      "else the most advanced of them",
+			stopped:   clean,
+			instances: []inst{{serial: 3, received: "0/52481B0", timeline: 2}, {serial: 4, received: "0/5300000", timeline: 2}},
+			want:      4,
+		},
+		{
+			// Nobody has more than everything the primary wrote.
+			name:      "a silent standby last seen ahead does not block",
+			stopped:   clean,
+			instances: []inst{{serial: 3, received: "0/52481B0", timeline: 2}, {serial: 4, noStatus: true}},
+			lastSeen:  "0/6000000",
+			want:      3,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := clusterWithPrimary(int32(len(tc.instances)+2), 1)
+			c.Status.SynchronousQuorum = &tuskv1alpha1.QuorumStatus{Number: 1, Standbys: []string{instanceName(c.Name, 2), instanceName(c.Name, 3)}}
+			if tc.lastSeen != "" {
+				c.Status.Instances = []tuskv1alpha1.InstanceStatus{{Name: instanceName(c.Name, 4), Role: tuskv1alpha1.RoleReplica, LSN: tc.lastSeen}}
+			}
+			if tc.target != 0 {
+				c.Status.TargetPrimary = instanceName(c.Name, tc.target)
+			}
+			v := testView(c, append([]inst{{serial: 1}, {serial: 2}}, tc.instances...)...)
+			p := v.member(c.Status.CurrentPrimary)
+			p.status.Phase, p.status.Role, p.status.CurrentLSN, p.status.StoppedForRejoin = cmp.Or(tc.phase, instanceapi.PhaseRejoining), instanceapi.RoleUnknown, "", tc.stopped
+			rejoining := v.member(instanceName(c.Name, 2)).status
+			rejoining.Phase, rejoining.Role, rejoining.ReceivedLSN, rejoining.ReplayedLSN = instanceapi.PhaseRejoining, instanceapi.RoleUnknown, "", ""
 			got, why := failoverCandidate(c, v)
 			wantName := ""
 			if tc.want != 0 {

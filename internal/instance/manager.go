@@ -240,6 +240,10 @@ type state struct {
 	// dataDir is what pg_control said of an existing data directory at
 	// start (recordDataDirState); nil for one the manager created.
 	dataDir *instanceapi.DataDirState
+	// stoppedForRejoin is what pg_control said of a former primary's data
+	// directory when a rejoin first found it stopped (noteStoppedForRejoin);
+	// nil once it follows a primary.
+	stoppedForRejoin *instanceapi.DataDirState
 	// upgrade is the major upgrade this start ran or runs; nil for none.
 	upgrade *instanceapi.UpgradeStatus
 	// logicalImport is a logical import's state; nil without one.
@@ -426,14 +430,20 @@ func (m *Manager) recordDataDirState(ctx context.Context) {
 		m.log.Error(err, "Reading pg_control of the existing data directory")
 		return
 	}
-	st := &instanceapi.DataDirState{SystemIdentifier: cd.systemID, State: cd.state, Standby: isStandbyDataDir(m.opts.DataDir),
-		Timeline: cd.timeline, CheckpointLSN: cd.checkpoint, MinRecoveryLSN: cd.minRecovery}
+	st := m.dataDirState(cd)
 	m.opts.LogFields.SetTimeline(cd.timeline)
 	m.log.Info("The existing data directory", "state", st.State, "standby", st.Standby, "timeline", st.Timeline,
 		"checkpoint", st.CheckpointLSN, "minRecovery", st.MinRecoveryLSN)
 	m.mu.Lock()
 	m.state.dataDir = st
 	m.mu.Unlock()
+}
+
+// dataDirState is cd, read from this instance's data directory, for
+// /status.
+func (m *Manager) dataDirState(cd controlData) *instanceapi.DataDirState {
+	return &instanceapi.DataDirState{SystemIdentifier: cd.systemID, State: cd.state, Standby: isStandbyDataDir(m.opts.DataDir),
+		Timeline: cd.timeline, CheckpointLSN: cd.checkpoint, MinRecoveryLSN: cd.minRecovery}
 }
 
 // supervise keeps postgres running, restarting it after unexpected exits,

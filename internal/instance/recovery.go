@@ -290,7 +290,7 @@ func (m *Manager) checkPromoted(ctx context.Context, dir string, backupTimeline 
 	if err != nil {
 		return err
 	}
-	if cd.state != "shut down" {
+	if cd.state != instanceapi.StateShutDown {
 		return fmt.Errorf("the recovered server did not come out as a cleanly stopped primary: pg_control says %q", cd.state)
 	}
 	if cd.timeline <= backupTimeline {

@@ -230,6 +230,7 @@ func (m *Manager) demote(ctx context.Context, up instanceapi.Upstream) error {
 // pg_rewind when it can, a fresh pg_basebackup when it cannot.
 func (m *Manager) rejoin(ctx context.Context, up instanceapi.Upstream) error {
 	m.record(lifecycle.RejoinStarted)
+	m.noteStoppedForRejoin(ctx)
 	if err := m.writePassfile(); err != nil {
 		return err
 	}
@@ -350,6 +351,28 @@ func (m *Manager) becomeReplicaOf(up instanceapi.Upstream) {
 	defer m.mu.Unlock()
 	m.state.role = instanceapi.RoleReplica
 	m.state.upstream = up
+	m.state.stoppedForRejoin = nil
+}
+
+// noteStoppedForRejoin keeps, for /status, what pg_control says of the
+// stopped data directory of a former primary about to rejoin, unless an
+// earlier attempt of the same rejoin did: that one saw the directory as
+// postgres left it, before any rewind, which is what bounds the writes
+// it took as the primary (instanceapi.Status.StoppedForRejoin). A failure
+// is logged only: without it the operator waits for the quorum's rule.
+func (m *Manager) noteStoppedForRejoin(ctx context.Context) {
+	if m.snapshot().stoppedForRejoin != nil {
+		return
+	}
+	cd, err := m.readControlData(ctx, m.opts.DataDir)
+	if err != nil {
+		m.log.Error(err, "Reading pg_control of the data directory before rejoining")
+		return
+	}
+	st := m.dataDirState(cd)
+	m.mu.Lock()
+	m.state.stoppedForRejoin = st
+	m.mu.Unlock()
 }
 
 // couldNotConnect says a client tool (pg_rewind) failed at its first

@@ -25,20 +25,21 @@ func (m *Manager) Status(ctx context.Context) instanceapi.Status {
 func (m *Manager) managerStatus() instanceapi.Status {
 	st := m.snapshot()
 	status := instanceapi.Status{
-		Instance:     m.opts.Name,
-		Phase:        st.life.Phase(),
-		Role:         instanceapi.RoleUnknown,
-		Fenced:       st.life.FencedByHand(),
-		FencedBy:     st.life.FencedBy(),
-		Terminating:  st.life.Terminating(),
-		Restarts:     st.restarts,
-		CrashStreak:  st.currentCrashStreak(time.Now()),
-		LastError:    st.lastError,
-		DataDirBytes: m.dataDirSize(),
-		Recovery:     st.recovery,
-		DataDir:      st.dataDir,
-		Upgrade:      st.upgrade,
-		Import:       st.logicalImport,
+		Instance:         m.opts.Name,
+		Phase:            st.life.Phase(),
+		Role:             instanceapi.RoleUnknown,
+		Fenced:           st.life.FencedByHand(),
+		FencedBy:         st.life.FencedBy(),
+		Terminating:      st.life.Terminating(),
+		Restarts:         st.restarts,
+		CrashStreak:      st.currentCrashStreak(time.Now()),
+		LastError:        st.lastError,
+		DataDirBytes:     m.dataDirSize(),
+		Recovery:         st.recovery,
+		DataDir:          st.dataDir,
+		StoppedForRejoin: st.stoppedForRejoin,
+		Upgrade:          st.upgrade,
+		Import:           st.logicalImport,
 	}
 	if st.role == instanceapi.RoleReplica {
 		status.Diverged = m.postmasterDiverged()

@@ -81,7 +81,7 @@ func (m *Manager) shutdownCheckpoint(ctx context.Context) (instanceapi.StepDownR
 		return instanceapi.StepDownResult{}, fmt.Errorf("while running pg_controldata: %w", err)
 	}
 	fields := controlDataFields(out.String())
-	if state := fields["Database cluster state"]; state != "shut down" {
+	if state := fields["Database cluster state"]; state != instanceapi.StateShutDown {
 		return instanceapi.StepDownResult{}, fmt.Errorf("postgres did not shut down cleanly (cluster state %q)", state)
 	}
 	lsn := fields["Latest checkpoint location"]

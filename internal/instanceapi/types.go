@@ -290,6 +290,15 @@ type Status struct {
 	// changed it. The operator compares them to choose the primary among
 	// volumes kept from a deleted cluster. Nil until the manager looked.
 	DataDir *DataDirState `json:"dataDir,omitempty"`
+	// StoppedForRejoin is what pg_control says of a former primary's data
+	// directory while its postgres stays stopped until it rejoins as a
+	// replica (phase Rejoining): read once postgres stopped, before a
+	// rewind touched it. A primary that shut down cleanly ("shut down")
+	// wrote nothing after that checkpoint, so a standby that received it
+	// has every commit the primary acknowledged: the operator may promote
+	// that standby even when the synchronous quorum cannot answer. Nil
+	// otherwise.
+	StoppedForRejoin *DataDirState `json:"stoppedForRejoin,omitempty"`
 }
 
 // UpgradeStatus is a major upgrade of the data directory.
@@ -312,6 +321,10 @@ type UpgradeStatus struct {
 	// serve it. The manager then waits with postgres stopped.
 	NewerData int `json:"newerData,omitempty"`
 }
+
+// StateShutDown is pg_control's cluster state of a primary that shut down
+// cleanly: its shutdown checkpoint is the last record it wrote.
+const StateShutDown = "shut down"
 
 // DataDirState is what pg_control says of a data directory.
 type DataDirState struct {

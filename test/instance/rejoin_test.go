@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"tusk.dev/tusk/internal/instanceapi"
+	"tusk.dev/tusk/internal/postgres"
 )
 
 // TestFormerPrimaryWaitsForTheNewPrimary: a former primary whose pod is
@@ -19,10 +20,16 @@ import (
 // primary does not answer yet, its manager keeps running with postgres
 // stopped (phase Rejoining, the reason in lastError) and retries, instead
 // of exiting into the kubelet's CrashLoopBackOff; once the new primary
-// answers it rejoins without a fresh copy.
+// answers it rejoins without a fresh copy. Meanwhile it reports its
+// stopped data directory (StoppedForRejoin): the shutdown checkpoint its
+// standby received, which tells the operator that standby has every write.
 func TestFormerPrimaryWaitsForTheNewPrimary(t *testing.T) {
 	former, next := primaryWithReplica(t, "rj")
 	former.stop()
+	standby, err := next.status(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
 	next.command(http.MethodPost, instanceapi.PathPromote, nil, nil)
 	next.waitReady(instanceapi.RolePrimary)
 	next.exec("INSERT INTO t VALUES (2)")
@@ -43,10 +50,13 @@ func TestFormerPrimaryWaitsForTheNewPrimary(t *testing.T) {
 	if ps := former.postgresProcesses(); len(ps) > 0 {
 		t.Fatalf("a former primary that has not rejoined runs postgres: %v", ps)
 	}
+	checkStoppedForRejoin(t, former, standby)
 
 	next.start(withFlags(next.args, "--role", string(instanceapi.RolePrimary)))
 	next.waitReady(instanceapi.RolePrimary)
-	former.waitReady(instanceapi.RoleReplica)
+	if st := former.waitReady(instanceapi.RoleReplica); st.StoppedForRejoin != nil {
+		t.Errorf("a rejoined replica still reports its stopped data directory: %+v", *st.StoppedForRejoin)
+	}
 	next.exec("INSERT INTO t VALUES (3)")
 	former.waitIDs(1, 2, 3)
 	if strings.Contains(former.logs(), "copying the primary afresh") {
@@ -87,6 +97,33 @@ func TestUnfencedFormerPrimaryWaitsToRejoin(t *testing.T) {
 	former.waitReady(instanceapi.RoleReplica)
 	next.exec("INSERT INTO t VALUES (3)")
 	former.waitIDs(1, 2, 3)
+}
+
+// checkStoppedForRejoin: a former primary waiting to rejoin reports the
+// data directory it stopped with, cleanly shut down on timeline 1 and as
+// it found it at start (nothing touched it since), and the standby that
+// streamed from it received past that shutdown checkpoint.
+func checkStoppedForRejoin(t *testing.T, former *node, standby instanceapi.Status) {
+	t.Helper()
+	st, err := former.status(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := st.StoppedForRejoin
+	if d == nil || d.State != instanceapi.StateShutDown || d.Standby || d.Timeline != 1 {
+		t.Fatalf("a cleanly stopped former primary waiting to rejoin reports StoppedForRejoin %+v, want a primary's data directory shut down on timeline 1", d)
+	}
+	if st.DataDir == nil || *st.DataDir != *d {
+		t.Errorf("StoppedForRejoin %+v differs from the data directory found at start %+v, and nothing changed it", *d, st.DataDir)
+	}
+	checkpoint, err := postgres.ParseLSN(d.CheckpointLSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if received, err := postgres.ParseLSN(standby.ReceivedLSN); err != nil || received <= checkpoint || standby.Timeline != d.Timeline {
+		t.Errorf("the standby received %s on timeline %d (%v), want past the shutdown checkpoint %s on timeline %d",
+			standby.ReceivedLSN, standby.Timeline, err, checkpoint, d.Timeline)
+	}
 }
 
 // primaryWithReplica starts a primary <prefix>-1 with a row in table t
