@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,7 +57,7 @@ func (r *BackupScheduleReconciler) reconcileRetention(ctx context.Context, c *tu
 	if !due {
 		return next
 	}
-	res, err := r.applyRetention(ctx, c, backups, period, now)
+	res, err := r.applyRetentionInTime(ctx, c, backups, period, now)
 	if err != nil {
 		ctrlLog(ctx).Info("Applying retention failed", "error", err.Error())
 		res, _ = r.results.get(key)
@@ -71,6 +72,30 @@ func (r *BackupScheduleReconciler) reconcileRetention(ctx context.Context, c *tu
 	r.retentionDone(key, completed, now)
 	r.results.record(key, res)
 	return now.Add(retentionInterval)
+}
+
+// DefaultRetentionRunTimeout bounds a retention run unless the Config
+// says otherwise. A run prunes what it can meanwhile; the next one goes on
+// from there.
+const DefaultRetentionRunTimeout = 5 * time.Minute
+
+// errRetentionTimedOut says a retention run was stopped at its deadline.
+var errRetentionTimedOut = errors.New("retention stopped at its deadline")
+
+// applyRetentionInTime is applyRetention bounded by the run's deadline:
+// the endpoint is the spec's writer's to choose, and one that drips its
+// answers, or lists without end, must not hold a worker every cluster's
+// schedules share.
+func (r *BackupScheduleReconciler) applyRetentionInTime(ctx context.Context, c *tuskv1alpha1.PostgresCluster, backups []tuskv1alpha1.PostgresBackup, period time.Duration, now time.Time) (retentionResult, error) {
+	limit := cmp.Or(r.retentionTimeout, DefaultRetentionRunTimeout)
+	runCtx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	res, err := r.applyRetention(runCtx, c, backups, period, now)
+	if err != nil && ctx.Err() == nil && errors.Is(runCtx.Err(), context.DeadlineExceeded) {
+		return res, fmt.Errorf("%w after %s: the object store at %s answered too slowly or listed without end; the next run goes on from what this one pruned",
+			errRetentionTimedOut, limit, c.Spec.Backup.ObjectStore.Endpoint)
+	}
+	return res, err
 }
 
 // applyRetention prunes the store, then the PostgresBackups of what it

@@ -46,6 +46,8 @@ type BackupScheduleReconciler struct {
 	storeAddressCheck func(netip.Addr) error
 	// results tell the ClusterReconciler what retention did.
 	results *retentionResults
+	// retentionTimeout bounds one retention run (Config.RetentionRunTimeout).
+	retentionTimeout time.Duration
 
 	mu        sync.Mutex
 	retention map[client.ObjectKey]*retentionState

@@ -7,6 +7,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -480,5 +482,64 @@ func TestRetentionReachesNoInternalAddress(t *testing.T) {
 				t.Errorf("condition message %q, want %q and the endpoint, never %q", msg, tc.want, tc.never)
 			}
 		})
+	}
+}
+
+// drippingStore is an S3 endpoint, as whoever writes a cluster's spec may
+// choose one, that never finishes an answer: a HEAD waits, a GET sends its
+// headers and then a byte a second.
+func drippingStore(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodHead {
+			<-r.Context().Done()
+			return
+		}
+		w.Header().Set("Content-Length", "100000")
+		w.WriteHeader(http.StatusOK)
+		for {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(time.Second):
+			}
+			if _, err := w.Write([]byte("x")); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+		}
+	}))
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	return srv.URL
+}
+
+// TestRetentionStopsAtItsDeadline: an object store that drips its answers
+// holds a retention run only until the run's deadline; the condition says
+// so, without the endpoint's answer.
+func TestRetentionStopsAtItsDeadline(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "s3", Namespace: ns},
+		Data:       map[string][]byte{"ACCESS_KEY_ID": []byte("id"), "SECRET_ACCESS_KEY": []byte("secret")},
+	})
+	cluster := newBackupCluster(ns)
+	cluster.Spec.Backup.ObjectStore.Endpoint = drippingStore(t)
+	cluster.Spec.Backup.ObjectStore.CASecret = nil
+	cluster.Spec.Backup.Retention = "7d"
+	create(t, cluster)
+	start := time.Now()
+	reportSystemIdentifier(t, client.ObjectKeyFromObject(cluster))
+	c := clusterWhen(t, client.ObjectKeyFromObject(cluster), func(c *tuskv1alpha1.PostgresCluster) error {
+		return condition(c, tuskv1alpha1.ConditionBackupRetention, metav1.ConditionFalse, tuskv1alpha1.ReasonRetentionFailed)
+	})
+	msg := retentionMessage(c)
+	if want := "retention stopped at its deadline after " + retentionTestTimeout.String(); !strings.Contains(msg, want) || strings.Contains(msg, "xxx") {
+		t.Errorf("condition message %q, want one saying %q", msg, want)
+	}
+	if took := time.Since(start); took < retentionTestTimeout {
+		t.Errorf("retention failed after %s, before its deadline %s: not the deadline that stopped it", took, retentionTestTimeout)
 	}
 }

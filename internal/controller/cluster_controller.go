@@ -59,6 +59,10 @@ type Config struct {
 	// objectstore.RefuseInternalAddresses when nil. Tests whose S3 server
 	// listens on loopback allow it.
 	ObjectStoreAddressCheck func(netip.Addr) error
+	// RetentionRunTimeout bounds one retention run: an object store that
+	// answers slowly, or never stops listing, holds a worker no longer.
+	// DefaultRetentionRunTimeout when zero.
+	RetentionRunTimeout time.Duration
 	// ImportAbandonGrace is how long a deleted cluster whose logical
 	// import was not cut over asks its primary to drop the import's slots
 	// on the source before it goes without: 2 minutes when zero.

@@ -53,7 +53,11 @@ var testConfig = Config{InstanceManagerImage: "tusk/operator:test", ObjectStoreA
 		return nil
 	}
 	return objectstore.RefuseInternalAddresses(a)
-}, ImportAbandonGrace: 3 * time.Second}
+}, ImportAbandonGrace: 3 * time.Second, RetentionRunTimeout: retentionTestTimeout}
+
+// retentionTestTimeout bounds a retention run in these tests: far more
+// than a run against the test's S3 server takes, short enough to wait for.
+const retentionTestTimeout = 8 * time.Second
 
 func newCluster(ns string) *tuskv1alpha1.PostgresCluster {
 	return &tuskv1alpha1.PostgresCluster{

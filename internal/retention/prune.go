@@ -12,6 +12,12 @@ import (
 	"tusk.dev/tusk/internal/walarchive"
 )
 
+// MaxBackupDirectories bounds the backup directories Load takes from one
+// listing. A cluster keeps a handful per retention period (one a day for a
+// year is 365); a listing of many more is not a cluster's location, or is
+// an endpoint that lists without end, and would fill the operator's memory.
+const MaxBackupDirectories = 10000
+
 // Load lists the backup directories of the store's location: complete
 // ones with what their record says, unreadable and incomplete ones.
 func Load(ctx context.Context, store *objectstore.Store) ([]Backup, error) {
@@ -26,6 +32,10 @@ func Load(ctx context.Context, store *objectstore.Store) ([]Backup, error) {
 			continue
 		}
 		b := dirs[name]
+		if b == nil && len(dirs) == MaxBackupDirectories {
+			return nil, fmt.Errorf("%s%s lists more than %d backup directories: retention stops rather than hold them all (a location of one cluster has far fewer)",
+				store.Location(), basebackup.Prefix, MaxBackupDirectories)
+		}
 		if b == nil {
 			b = &Backup{Name: name, State: Incomplete}
 			dirs[name] = b
@@ -107,24 +117,26 @@ func Prune(ctx context.Context, store *objectstore.Store, p Plan) (Result, error
 	return res, err
 }
 
-// pruneWAL deletes the archived WAL below w.
+// pruneWAL deletes the archived WAL below w, each file as the listing
+// reaches it: what one run holds stays small however much WAL there is
+// (S3 lists after the last key returned, so a deletion behind the listing
+// changes nothing ahead of it).
 func pruneWAL(ctx context.Context, store *objectstore.Store, w *WALBoundary) (int, error) {
-	var doomed []string
+	n := 0
 	for obj, err := range store.List(ctx, walarchive.WALPrefix) {
 		if err != nil {
-			return 0, fmt.Errorf("while listing the archived WAL: %w", err)
+			return n, fmt.Errorf("while listing the archived WAL: %w", err)
 		}
 		name, ok := strings.CutSuffix(obj.Key[strings.LastIndexByte(obj.Key, '/')+1:], walarchive.Extension)
-		if ok && w.Deletes(name) && obj.Key == mustKey(name) {
-			doomed = append(doomed, obj.Key)
+		if !ok || !w.Deletes(name) || obj.Key != mustKey(name) {
+			continue
 		}
-	}
-	for i, key := range doomed {
-		if err := store.Delete(ctx, key); err != nil {
-			return i, fmt.Errorf("while deleting archived WAL: %w", err)
+		if err := store.Delete(ctx, obj.Key); err != nil {
+			return n, fmt.Errorf("while deleting archived WAL: %w", err)
 		}
+		n++
 	}
-	return len(doomed), nil
+	return n, nil
 }
 
 // mustKey is where the archive puts name ("" when it would not): an
@@ -137,17 +149,14 @@ func mustKey(name string) string {
 	return key
 }
 
-// deletePrefix deletes every object under prefix.
+// deletePrefix deletes every object under prefix, as the listing reaches
+// it (pruneWAL says why).
 func deletePrefix(ctx context.Context, store *objectstore.Store, prefix string) error {
-	var keys []string
 	for obj, err := range store.List(ctx, prefix) {
 		if err != nil {
 			return err
 		}
-		keys = append(keys, obj.Key)
-	}
-	for _, key := range keys {
-		if err := store.Delete(ctx, key); err != nil {
+		if err := store.Delete(ctx, obj.Key); err != nil {
 			return err
 		}
 	}
