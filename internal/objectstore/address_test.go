@@ -54,6 +54,11 @@ func TestAddressCheckRefusesInternalAddresses(t *testing.T) {
 		"http://100.100.100.200",
 		"http://[fd00:ec2::254]",
 		"http://0.0.0.0:" + itoa(port),
+		"http://168.63.129.16",
+		// 169.254.169.254 and 127.0.0.1 through a NAT64 gateway.
+		"http://[64:ff9b::a9fe:a9fe]",
+		"http://[64:ff9b::7f00:1]:" + itoa(port),
+		"http://[64:ff9b:1::a9fe:a9fe]",
 	} {
 		err := check(endpoint, RefuseInternalAddresses)
 		if Classify(err) != KindRefused || !strings.Contains(err.Error(), "does not connect to") {
@@ -73,7 +78,8 @@ func TestAddressCheckRefusesInternalAddresses(t *testing.T) {
 // TestRefuseInternalAddressesAllowsStores: the addresses object stores
 // have (private, cluster, public) pass.
 func TestRefuseInternalAddressesAllowsStores(t *testing.T) {
-	for _, a := range []string{"10.96.0.12", "192.168.1.20", "172.16.5.4", "100.64.0.1", "52.216.8.1", "fd12:3456::1", "2600:1f18::1"} {
+	for _, a := range []string{"10.96.0.12", "192.168.1.20", "172.16.5.4", "100.64.0.1", "52.216.8.1", "fd12:3456::1", "2600:1f18::1",
+		"64:ff9b::3410:801"} { // a public store (52.16.8.1) through NAT64
 		if err := RefuseInternalAddresses(netip.MustParseAddr(a)); err != nil {
 			t.Errorf("%s refused: %v", a, err)
 		}

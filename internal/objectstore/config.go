@@ -206,7 +206,20 @@ var ErrAddressRefused = errors.New("address refused")
 var metadataServices = []netip.Addr{
 	netip.MustParseAddr("100.100.100.200"),
 	netip.MustParseAddr("fd00:ec2::254"),
+	// Azure's WireServer, which serves a VM's configuration and keys.
+	netip.MustParseAddr("168.63.129.16"),
 }
+
+// NAT64 prefixes: a network with a NAT64 gateway translates an address of
+// the well-known prefix to the IPv4 address in its last 32 bits, so
+// 64:ff9b::a9fe:a9fe reaches 169.254.169.254; that embedded address is
+// checked as itself. The local-use prefix embeds it at places that
+// depend on the network's prefix length, which the operator cannot know:
+// refused whole.
+var (
+	nat64WellKnown = netip.MustParsePrefix("64:ff9b::/96")
+	nat64LocalUse  = netip.MustParsePrefix("64:ff9b:1::/48")
+)
 
 // RefuseInternalAddresses refuses the addresses no object store of a
 // tenant can have, seen from the operator's pod: its own loopback (its
@@ -217,6 +230,13 @@ var metadataServices = []netip.Addr{
 func RefuseInternalAddresses(a netip.Addr) error {
 	var what string
 	switch {
+	case nat64WellKnown.Contains(a):
+		if err := RefuseInternalAddresses(embeddedIPv4(a)); err != nil {
+			return fmt.Errorf("%w (through NAT64 from %s)", err, a)
+		}
+		return nil
+	case nat64LocalUse.Contains(a):
+		what = "a local-use NAT64 address (whose IPv4 address cannot be checked)"
 	case a.IsLoopback():
 		what = "a loopback address"
 	case a.IsLinkLocalUnicast(), a.IsLinkLocalMulticast():
@@ -231,4 +251,10 @@ func RefuseInternalAddresses(a netip.Addr) error {
 		return nil
 	}
 	return fmt.Errorf("%w: the endpoint is at %s, %s, which the operator does not connect to for an object store", ErrAddressRefused, a, what)
+}
+
+// embeddedIPv4 is the IPv4 address in the last 32 bits of a.
+func embeddedIPv4(a netip.Addr) netip.Addr {
+	b := a.As16()
+	return netip.AddrFrom4([4]byte(b[12:]))
 }
