@@ -3,6 +3,7 @@ package pgconf
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
@@ -294,5 +295,61 @@ func checkRule(rule string) error {
 			return fmt.Errorf("%q reads a file with %s: list the roles or databases instead", rule, f)
 		}
 	}
+	return checkRuleMethod(rule)
+}
+
+// allowedRuleMethods are the authentication methods a user's rule may
+// use: none sends a password in clear or as a replayable hash (password,
+// md5, ldap, radius, pam), none trusts what the client or the pod says of
+// itself (ident, peer: any process in the pod is the OS user postgres).
+var allowedRuleMethods = []string{"scram-sha-256", "cert", "reject", "gss"}
+
+// checkRuleMethod refuses a rule whose method is not among
+// allowedRuleMethods.
+func checkRuleMethod(rule string) error {
+	tokens := hbaTokens(rule)
+	at := 4 // type, database, user, address, method
+	if tokens[0] == "local" {
+		at = 3 // no address
+	} else if len(tokens) > 4 && !strings.Contains(tokens[3], "/") && isIPAddress(tokens[3]) {
+		at = 5 // an address and a separate mask
+	}
+	if len(tokens) <= at {
+		return fmt.Errorf("%q has no authentication method", rule)
+	}
+	if !slices.Contains(allowedRuleMethods, tokens[at]) { // PostgreSQL reads methods case-sensitively
+		return fmt.Errorf("%q authenticates with %s: a rule may use %s only", rule, tokens[at], strings.Join(allowedRuleMethods, ", "))
+	}
 	return nil
+}
+
+// hbaTokens splits a pg_hba.conf line into its fields, a double-quoted
+// field ("Mixed Case") being one.
+func hbaTokens(line string) []string {
+	var tokens []string
+	var b strings.Builder
+	quoted := false
+	for _, r := range line {
+		switch {
+		case r == '"':
+			quoted = !quoted
+			b.WriteRune(r)
+		case !quoted && (r == ' ' || r == '\t'):
+			if b.Len() > 0 {
+				tokens = append(tokens, b.String())
+				b.Reset()
+			}
+		default:
+			b.WriteRune(r)
+		}
+	}
+	if b.Len() > 0 {
+		tokens = append(tokens, b.String())
+	}
+	return tokens
+}
+
+func isIPAddress(s string) bool {
+	_, err := netip.ParseAddr(s)
+	return err == nil
 }
