@@ -51,6 +51,9 @@ type Options struct {
 	// HTTPAddr is where /status, /healthz, /readyz, /metrics and the
 	// operator's commands are served.
 	HTTPAddr string
+	// HTTPLimits bound what clients of HTTPAddr may hold; the defaults
+	// when zero.
+	HTTPLimits HTTPLimits
 	// Role is the role the operator asks for at start.
 	Role instanceapi.Role
 	// Upstream is the primary a replica streams from.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/net/netutil"
 
 	"tusk.dev/tusk/internal/instanceapi"
 )
@@ -31,14 +32,52 @@ func (m *Manager) startHTTP() (*http.Server, error) {
 	return m.serveHTTP(l), nil
 }
 
+// HTTPLimits bound what the clients of the manager's port may hold. The
+// port is open to the operator and, where no NetworkPolicy is enforced,
+// to any pod: whatever they do, the manager (PID 1 of the pod: its end is
+// the instance's) must not run out of memory serving them.
+type HTTPLimits struct {
+	// MaxConnections is how many connections are served at once
+	// (DefaultMaxHTTPConnections when zero); more wait to be accepted. A
+	// connection that sends no request is closed after 5 s (the header
+	// timeout).
+	MaxConnections int
+	// MaxConnectionsPerSource is how many of them one address may hold
+	// (DefaultMaxHTTPConnectionsPerSource when zero); one more is closed at
+	// once. So one hostile pod cannot take every connection, and the
+	// kubelet's probes (from the node's address) and the operator's
+	// commands (from its pod's) are still served.
+	MaxConnectionsPerSource int
+	// IdleTimeout closes a kept-alive connection that sent nothing for
+	// that long (DefaultHTTPIdleTimeout when zero).
+	IdleTimeout time.Duration
+}
+
+// Defaults of HTTPLimits: the operator and a Prometheus hold a few
+// connections each, the kubelet's probes one at a time.
+const (
+	DefaultMaxHTTPConnections          = 1024
+	DefaultMaxHTTPConnectionsPerSource = 32
+	DefaultHTTPIdleTimeout             = 90 * time.Second
+	// openPathWriteTimeout bounds writing a probe's or a scrape's answer to
+	// a client that does not read it. The commands have no such bound:
+	// some (a demote's rewind) take minutes, and only the operator may
+	// send them.
+	openPathWriteTimeout = 10 * time.Second
+)
+
 // serveHTTP serves the API on l until the returned server is shut down.
 func (m *Manager) serveHTTP(l net.Listener) *http.Server {
+	limits := m.opts.HTTPLimits
 	server := &http.Server{
 		Handler:           m.requireClientCert(m.routes()),
-		ReadHeaderTimeout: 5 * time.Second,
+		ReadHeaderTimeout: 5 * time.Second, // the TLS handshake's bound too
+		IdleTimeout:       cmp.Or(limits.IdleTimeout, DefaultHTTPIdleTimeout),
 		// Such as refused TLS handshakes, as JSON records like the rest.
 		ErrorLog: log.New(logWriter{m.log.WithName("http")}, "", 0),
 	}
+	l = netutil.LimitListener(l, cmp.Or(limits.MaxConnections, DefaultMaxHTTPConnections))
+	l = limitPerSource(l, cmp.Or(limits.MaxConnectionsPerSource, DefaultMaxHTTPConnectionsPerSource), m.log)
 	scheme := "http"
 	if m.serverCerts != nil {
 		// Each handshake takes the certificate in use at that moment.
@@ -76,6 +115,10 @@ var openPaths = []string{instanceapi.PathHealthz, instanceapi.PathReadyz, instan
 func (m *Manager) requireClientCert(next http.Handler) http.Handler {
 	want := cmp.Or(m.opts.TLS.APIClientCN, instanceapi.DefaultAPIClientCN)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if slices.Contains(openPaths, r.URL.Path) {
+			// Best effort: a connection that cannot set a deadline is served anyway.
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(openPathWriteTimeout))
+		}
 		if m.serverCerts == nil || slices.Contains(openPaths, r.URL.Path) {
 			next.ServeHTTP(w, r)
 			return
