@@ -58,8 +58,11 @@ const (
 	ReasonSynchronousDegraded = "SynchronousDegraded"
 	ReasonArchiveFailing      = "ArchiveFailing"
 
-	ReasonSecretInvalid         = "SecretInvalid"
-	ReasonBackupSecretInvalid   = "BackupSecretInvalid"
+	ReasonSecretInvalid       = "SecretInvalid"
+	ReasonBackupSecretInvalid = "BackupSecretInvalid"
+	// ReasonBackupPathRefused: spec.backup.objectStore.path does not start
+	// with the cluster's namespace.
+	ReasonBackupPathRefused     = "BackupPathRefused"
 	ReasonCASecretInvalid       = "CASecretInvalid"
 	ReasonRecoverySourceInvalid = "RecoverySourceInvalid"
 	ReasonCloneSourceInvalid    = "CloneSourceInvalid"

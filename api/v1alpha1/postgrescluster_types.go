@@ -805,6 +805,14 @@ type PostgresClusterStatus struct {
 	// +optional
 	ArchiveSubdirectory string `json:"archiveSubdirectory,omitempty"`
 
+	// BackupLocation is the object-store path (spec.backup.objectStore.path,
+	// or its default) the operator accepted for this cluster's WAL and
+	// backups. A path outside the cluster's namespace is accepted only when
+	// it was already in use before the operator checked paths, or when the
+	// operator allows any path (--object-store-paths=any).
+	// +optional
+	BackupLocation string `json:"backupLocation,omitempty"`
+
 	// Instances is the last report of each instance. An instance that does
 	// not answer keeps the role, timeline and LSN it last reported: after
 	// an outage, failover never promotes an instance behind one of them.

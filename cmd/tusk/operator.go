@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	goflag "flag"
+	"fmt"
 	"os"
 	"time"
 
@@ -51,6 +52,8 @@ func newOperatorCommand() *cobra.Command {
 		"the operator's own namespace (POD_NAMESPACE), whose operator pods the clusters' NetworkPolicies admit to the instance managers; any namespace when empty")
 	f.StringVar(&opts.Controllers.InstanceManagerImage, "instance-manager-image", os.Getenv("TUSK_INSTANCE_MANAGER_IMAGE"),
 		"image with the tusk binary for the PostgreSQL pods' init container (the operator's own image)")
+	f.Var(objectStorePaths{&opts.Controllers.AnyObjectStorePath}, "object-store-paths",
+		`which object-store paths a cluster may archive to and recover from: "namespace" (the default: the cluster's namespace or under it, so tenants sharing a bucket's credentials neither read nor take each other's locations) or "any"`)
 	newLogger = logFlags(f)
 	// controller-runtime registers --kubeconfig on the standard flag set.
 	if kubeconfig := goflag.CommandLine.Lookup("kubeconfig"); kubeconfig != nil {
@@ -58,3 +61,27 @@ func newOperatorCommand() *cobra.Command {
 	}
 	return cmd
 }
+
+// objectStorePaths is the --object-store-paths flag: "namespace" or "any".
+type objectStorePaths struct{ anyPath *bool }
+
+func (p objectStorePaths) String() string {
+	if p.anyPath != nil && *p.anyPath {
+		return "any"
+	}
+	return "namespace"
+}
+
+func (p objectStorePaths) Set(v string) error {
+	switch v {
+	case "namespace":
+		*p.anyPath = false
+	case "any":
+		*p.anyPath = true
+	default:
+		return fmt.Errorf("%q is neither namespace nor any", v)
+	}
+	return nil
+}
+
+func (objectStorePaths) Type() string { return "namespace|any" }

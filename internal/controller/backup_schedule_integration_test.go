@@ -248,7 +248,7 @@ func TestRetentionPrunesTheStoreAndTheBackups(t *testing.T) {
 	ctx := context.Background()
 	s3 := testenv.StartS3(t, testenv.S3Options{})
 	ns := newNamespace(t)
-	secret, spec, store := s3Location(t, s3, ns, "prod/"+ns)
+	secret, spec, store := s3Location(t, s3, ns, ns+"/prod")
 	now := time.Now().UTC().Truncate(time.Second)
 	backupClock.SetTime(now)
 	day := 24 * time.Hour
@@ -393,7 +393,7 @@ func TestRetentionPrunesOnlyItsOwnLocation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s3 := testenv.StartS3(t, testenv.S3Options{})
 			ns := newNamespace(t)
-			_, spec, store := s3Location(t, s3, ns, "victim")
+			_, spec, store := s3Location(t, s3, ns, ns+"/victim")
 			now := time.Now().UTC().Truncate(time.Second)
 			backupClock.SetTime(now)
 			// The victim's backups, all far outside the attacker's window.

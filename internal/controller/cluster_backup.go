@@ -49,14 +49,48 @@ func credentialKeys(s tuskv1alpha1.S3CredentialsSecret) (id, secret string) {
 // the other's backups). After a major upgrade, the new database system
 // archives into a subdirectory of it (status.archiveSubdirectory).
 func archivePath(c *tuskv1alpha1.PostgresCluster) string {
-	base := c.Spec.Backup.ObjectStore.Path
-	if base == "" {
-		base = c.Namespace + "/" + c.Name
-	}
+	base := archiveBase(c)
 	if sub := c.Status.ArchiveSubdirectory; sub != "" {
 		return strings.TrimRight(base, "/") + "/" + sub
 	}
 	return base
+}
+
+// archiveBase is the cluster's backup path, before any subdirectory
+// of a major upgrade.
+func archiveBase(c *tuskv1alpha1.PostgresCluster) string {
+	if p := c.Spec.Backup.ObjectStore.Path; p != "" {
+		return p
+	}
+	return c.Namespace + "/" + c.Name
+}
+
+// inNamespace says whether an object-store path is the namespace's: the
+// namespace itself or under it.
+func inNamespace(path, namespace string) bool {
+	path = strings.Trim(path, "/")
+	return path == namespace || strings.HasPrefix(path, namespace+"/")
+}
+
+// checkBackupLocation accepts the cluster's backup path, recording it in
+// status, or refuses one outside the namespace (unless any path is
+// allowed). A path already in use when the operator began checking (a
+// cluster with instances and no accepted location yet) is accepted as it
+// is, so an operator upgrade stops no running cluster; a change of it is
+// checked again.
+func (r *ClusterReconciler) checkBackupLocation(c *tuskv1alpha1.PostgresCluster) error {
+	path := strings.Trim(archiveBase(c), "/")
+	switch {
+	case path == c.Status.BackupLocation:
+		return nil
+	case r.Config.AnyObjectStorePath || inNamespace(path, c.Namespace),
+		c.Status.BackupLocation == "" && c.Status.LastInstanceSerial > 0:
+		c.Status.BackupLocation = path
+		return nil
+	}
+	return userError(tuskv1alpha1.ReasonBackupPathRefused, "spec.backup.objectStore.path %q is outside the namespace: it must be %q or start with \"%s/\", "+
+		"so that no namespace reads or takes another's backups in a shared bucket (the operator's --object-store-paths=any allows any path)",
+		path, c.Namespace, c.Namespace)
 }
 
 // legacyArchivePath is where a backup whose status records no path was
@@ -139,6 +173,9 @@ func backupSecrets(c *tuskv1alpha1.PostgresCluster) []string {
 func (r *ClusterReconciler) checkBackupSecrets(ctx context.Context, c *tuskv1alpha1.PostgresCluster) error {
 	if c.Spec.Backup == nil {
 		return nil
+	}
+	if err := r.checkBackupLocation(c); err != nil {
+		return err
 	}
 	store := c.Spec.Backup.ObjectStore
 	id, secret := credentialKeys(store.CredentialsSecret)

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
@@ -157,5 +158,48 @@ func failedSaying(reason, message string) func(c *tuskv1alpha1.PostgresCluster) 
 			}
 		}
 		return nil
+	}
+}
+
+// TestBackupPathOutsideTheNamespaceIsRefused: a new cluster whose backup
+// path is another namespace's (the start of a squat, or a read of another
+// tenant's backups with shared bucket keys) is refused with a reason and
+// a Warning Event, and gets no pod; moved under its namespace, it is
+// created archiving there.
+func TestBackupPathOutsideTheNamespaceIsRefused(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	create(t, s3Secret(ns, "s3"))
+	create(t, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "s3-ca", Namespace: ns},
+		Data:       map[string][]byte{"ca.pem": []byte(fakeCAPEM)},
+	})
+	cluster := newBackupCluster(ns)
+	cluster.Spec.Backup.ObjectStore.Path = "victims/pg"
+	create(t, cluster)
+	key := client.ObjectKeyFromObject(cluster)
+
+	clusterWhen(t, key, failedSaying(tuskv1alpha1.ReasonBackupPathRefused, fmt.Sprintf(`spec.backup.objectStore.path "victims/pg" is outside the namespace: it must be %q or start with "%s/", `+
+		"so that no namespace reads or takes another's backups in a shared bucket (the operator's --object-store-paths=any allows any path)", ns, ns)))
+	if e := waitForEvent(t, ns, tuskv1alpha1.ReasonBackupPathRefused, "victims/pg"); e.Type != corev1.EventTypeWarning {
+		t.Errorf("Event %s, want a Warning", e.Type)
+	}
+	noPods(t, ns)
+
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(ctx, key, cluster); err != nil {
+			return err
+		}
+		cluster.Spec.Backup.ObjectStore.Path = ns + "/pg"
+		return env.Client.Update(ctx, cluster)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c := clusterWhen(t, key, creating)
+	if c.Status.BackupLocation != ns+"/pg" {
+		t.Errorf("status.backupLocation = %q, want %q", c.Status.BackupLocation, ns+"/pg")
+	}
+	if got := flagValue(get(t, ns, "pg-1", &corev1.Pod{}).Spec.Containers[0].Command, "--wal-archive-path"); got != ns+"/pg" {
+		t.Errorf("pod pg-1 archives to %q, want %q", got, ns+"/pg")
 	}
 }

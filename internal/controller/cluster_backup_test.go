@@ -197,3 +197,48 @@ func checkSecretFileFlags(t *testing.T, pod *corev1.Pod, want map[string]secretF
 		}
 	}
 }
+
+// TestBackupLocationStaysInItsNamespace: a cluster archives under its
+// namespace only, unless the operator allows any path; a path in use
+// before the operator checked is kept, a change of it checked again.
+func TestBackupLocationStaysInItsNamespace(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		path      string // spec.backup.objectStore.path
+		accepted  string // status.backupLocation before
+		instances int32  // status.lastInstanceSerial
+		anyPath   bool
+		want      string // the accepted location; "" when refused
+	}{
+		{name: "the default", want: "db/archived"},
+		{name: "under the namespace", path: "db/team/archived/", want: "db/team/archived"},
+		{name: "the namespace itself", path: "db", want: "db"},
+		{name: "another namespace", path: "prod/orders"},
+		{name: "a namespace with the same start", path: "dbx/orders"},
+		{name: "any path allowed", path: "prod/orders", anyPath: true, want: "prod/orders"},
+		{name: "in use before the check", path: "prod/orders", instances: 3, want: "prod/orders"},
+		{name: "accepted before", path: "prod/orders", accepted: "prod/orders", instances: 3, want: "prod/orders"},
+		{name: "changed after it was accepted", path: "prod/payments", accepted: "prod/orders", instances: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := backupCluster()
+			c.Spec.Backup.ObjectStore.Path = tc.path
+			c.Status.BackupLocation, c.Status.LastInstanceSerial = tc.accepted, tc.instances
+			r := &ClusterReconciler{Config: Config{AnyObjectStorePath: tc.anyPath}}
+			err := r.checkBackupLocation(c)
+			if tc.want == "" {
+				se, ok := asSpecError(err)
+				if !ok || se.reason != tuskv1alpha1.ReasonBackupPathRefused || !strings.Contains(se.message, `it must be "db" or start with "db/"`) {
+					t.Fatalf("checkBackupLocation = %v, want the path refused", err)
+				}
+				if c.Status.BackupLocation != tc.accepted {
+					t.Errorf("status.backupLocation = %q after a refusal, want %q as it was", c.Status.BackupLocation, tc.accepted)
+				}
+				return
+			}
+			if err != nil || c.Status.BackupLocation != tc.want {
+				t.Errorf("checkBackupLocation = %v, status.backupLocation %q; want it accepted as %q", err, c.Status.BackupLocation, tc.want)
+			}
+		})
+	}
+}

@@ -59,6 +59,12 @@ type Config struct {
 	// objectstore.RefuseInternalAddresses when nil. Tests whose S3 server
 	// listens on loopback allow it.
 	ObjectStoreAddressCheck func(netip.Addr) error
+	// AnyObjectStorePath lets a cluster archive to, and recover from, an
+	// object-store path outside its namespace. Off, every such path must
+	// be the namespace or start with "<namespace>/": with one bucket's
+	// credentials shared by tenants, nobody then reads or squats another
+	// namespace's location.
+	AnyObjectStorePath bool
 	// RetentionRunTimeout bounds one retention run: an object store that
 	// answers slowly, or never stops listing, holds a worker no longer.
 	// DefaultRetentionRunTimeout when zero.

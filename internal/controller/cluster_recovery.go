@@ -54,7 +54,7 @@ func recoveryPending(c *tuskv1alpha1.PostgresCluster) bool {
 // is not there or not complete yet), or a spec error: a failed backup, a
 // backup that records no location, or a source that is the cluster's own
 // archive location.
-func resolveRecovery(c *tuskv1alpha1.PostgresCluster, backup *tuskv1alpha1.PostgresBackup) (*recoverySource, string, error) {
+func resolveRecovery(c *tuskv1alpha1.PostgresCluster, backup *tuskv1alpha1.PostgresBackup, anyPath bool) (*recoverySource, string, error) {
 	spec := c.Spec.Bootstrap.Recovery
 	src := &recoverySource{target: spec.Target, backup: latestBackup, field: "spec.bootstrap.recovery.source"}
 	switch {
@@ -63,6 +63,11 @@ func resolveRecovery(c *tuskv1alpha1.PostgresCluster, backup *tuskv1alpha1.Postg
 		if strings.Trim(src.store.Path, "/") == "" {
 			return nil, "", userError(tuskv1alpha1.ReasonRecoverySourceInvalid, "spec.bootstrap.recovery.source.path is required: "+
 				"the location's path in the bucket (<namespace>/<source cluster> when its spec.backup.objectStore.path was unset)")
+		}
+		if !anyPath && !inNamespace(src.store.Path, c.Namespace) {
+			return nil, "", userError(tuskv1alpha1.ReasonRecoverySourceInvalid, "spec.bootstrap.recovery.source.path %q is outside the namespace: "+
+				"a cluster recovers from its own namespace's locations only (%q or under \"%s/\"; the operator's --object-store-paths=any allows any path)",
+				strings.Trim(src.store.Path, "/"), c.Namespace, c.Namespace)
 		}
 	case spec.Backup != nil:
 		name := spec.Backup.Name
@@ -126,7 +131,7 @@ func (r *ClusterReconciler) reconcileRecoverySource(ctx context.Context, c *tusk
 			return nil, "", fmt.Errorf("while reading the PostgresBackup %s: %w", ref.Name, err)
 		}
 	}
-	src, wait, err := resolveRecovery(c, backup)
+	src, wait, err := resolveRecovery(c, backup, r.Config.AnyObjectStorePath)
 	if err != nil || wait != "" {
 		return nil, wait, err
 	}

@@ -151,7 +151,7 @@ func TestRecoveryIntoItsOwnArchiveIsRefused(t *testing.T) {
 		if err := env.Client.Get(ctx, key, cluster); err != nil {
 			return err
 		}
-		cluster.Spec.Backup.ObjectStore.Path = "pg-restored"
+		cluster.Spec.Backup.ObjectStore.Path = ns + "/pg-restored"
 		return env.Client.Update(ctx, cluster)
 	}); err != nil {
 		t.Fatal(err)
@@ -163,7 +163,7 @@ func TestRecoveryIntoItsOwnArchiveIsRefused(t *testing.T) {
 	clusterWhen(t, key, creating)
 	pod := get(t, ns, "pg-1", &corev1.Pod{})
 	args := pod.Spec.Containers[0].Command
-	for flag, want := range map[string]string{"--recovery-source-path": ns + "/pg", "--recovery-backup": "latest", "--wal-archive-path": "pg-restored"} {
+	for flag, want := range map[string]string{"--recovery-source-path": ns + "/pg", "--recovery-backup": "latest", "--wal-archive-path": ns + "/pg-restored"} {
 		if got := flagValue(args, flag); got != want {
 			t.Errorf("pod pg-1: %s=%q, want %q", flag, got, want)
 		}

@@ -36,7 +36,8 @@ func completedBackup(store *tuskv1alpha1.ObjectStoreSpec) *tuskv1alpha1.Postgres
 
 func TestResolveRecovery(t *testing.T) {
 	byBackup := tuskv1alpha1.RecoverySpec{Backup: &corev1.LocalObjectReference{Name: "nightly"}}
-	bySource := tuskv1alpha1.RecoverySpec{Source: ptr.To(sourceStore("prod/orders"))}
+	bySource := tuskv1alpha1.RecoverySpec{Source: ptr.To(sourceStore("db/orders"))}
+	otherNamespace := tuskv1alpha1.RecoverySpec{Source: ptr.To(sourceStore("prod/orders"))}
 	withBackup := func(store tuskv1alpha1.ObjectStoreSpec) func(*tuskv1alpha1.PostgresCluster) {
 		return func(c *tuskv1alpha1.PostgresCluster) { c.Spec.Backup = &tuskv1alpha1.BackupSpec{ObjectStore: store} }
 	}
@@ -50,41 +51,47 @@ func TestResolveRecovery(t *testing.T) {
 		spec   tuskv1alpha1.RecoverySpec
 		change func(*tuskv1alpha1.PostgresCluster)
 		backup *tuskv1alpha1.PostgresBackup
+		// anyPath is the operator's --object-store-paths=any.
+		anyPath bool
 		// want is "store path, backup" when resolved, "wait: ..." or
 		// "error <reason>: ...".
 		want string
 	}{
 		{"a completed backup recorded without a path (before paths were recorded): its cluster's name", byBackup, nil,
-			completedBackup(ptr.To(sourceStore(""))), "orders, nightly"},
-		{"a completed backup with a path", byBackup, nil, completedBackup(ptr.To(sourceStore("prod/orders"))), "prod/orders, nightly"},
-		{"a missing backup", byBackup, nil, nil, "wait: Waiting for the PostgresBackup nightly named by spec.bootstrap.recovery.backup: it does not exist"},
-		{"a running backup", byBackup, nil, phase(tuskv1alpha1.BackupPhaseRunning), `wait: Waiting for the PostgresBackup nightly named by spec.bootstrap.recovery.backup to complete (phase "Running")`},
-		{"a new backup", byBackup, nil, phase(""), `wait: Waiting for the PostgresBackup nightly named by spec.bootstrap.recovery.backup to complete (phase "")`},
-		{"a failed backup", byBackup, nil, phase(tuskv1alpha1.BackupPhaseFailed),
+			completedBackup(ptr.To(sourceStore(""))), false, "orders, nightly"},
+		{"a completed backup with a path", byBackup, nil, completedBackup(ptr.To(sourceStore("prod/orders"))), false, "prod/orders, nightly"},
+		{"a missing backup", byBackup, nil, nil, false, "wait: Waiting for the PostgresBackup nightly named by spec.bootstrap.recovery.backup: it does not exist"},
+		{"a running backup", byBackup, nil, phase(tuskv1alpha1.BackupPhaseRunning), false, `wait: Waiting for the PostgresBackup nightly named by spec.bootstrap.recovery.backup to complete (phase "Running")`},
+		{"a new backup", byBackup, nil, phase(""), false, `wait: Waiting for the PostgresBackup nightly named by spec.bootstrap.recovery.backup to complete (phase "")`},
+		{"a failed backup", byBackup, nil, phase(tuskv1alpha1.BackupPhaseFailed), false,
 			"error RecoverySourceInvalid: the PostgresBackup nightly named by spec.bootstrap.recovery.backup failed (pg_basebackup failed): recover from another backup"},
-		{"a backup without a location", byBackup, nil, completedBackup(nil), "error RecoverySourceInvalid: the PostgresBackup nightly named by spec.bootstrap.recovery.backup records no object store"},
-		{"a source location: the latest backup", bySource, nil, nil, "prod/orders, latest"},
-		{"a source without a path", tuskv1alpha1.RecoverySpec{Source: ptr.To(sourceStore(""))}, nil, nil,
+		{"a backup without a location", byBackup, nil, completedBackup(nil), false, "error RecoverySourceInvalid: the PostgresBackup nightly named by spec.bootstrap.recovery.backup records no object store"},
+		{"a source location: the latest backup", bySource, nil, nil, false, "db/orders, latest"},
+		// Shared bucket credentials must not read another namespace's.
+		{"a source outside the namespace", otherNamespace, nil, nil, false,
+			`error RecoverySourceInvalid: spec.bootstrap.recovery.source.path "prod/orders" is outside the namespace`},
+		{"a source outside the namespace, any path allowed", otherNamespace, nil, nil, true, "prod/orders, latest"},
+		{"a source without a path", tuskv1alpha1.RecoverySpec{Source: ptr.To(sourceStore(""))}, nil, nil, false,
 			"error RecoverySourceInvalid: spec.bootstrap.recovery.source.path is required"},
-		{"archiving into the source", bySource, withBackup(sourceStore("prod/orders/")), nil,
-			"error RecoverySourceInvalid: refusing to recover from https://s3.example.com/backups/prod/orders: it is this cluster's own spec.backup location"},
+		{"archiving into the source", bySource, withBackup(sourceStore("db/orders/")), nil, false,
+			"error RecoverySourceInvalid: refusing to recover from https://s3.example.com/backups/db/orders: it is this cluster's own spec.backup location"},
 		{"archiving into the backup's location by default paths", byBackup, func(c *tuskv1alpha1.PostgresCluster) {
 			c.Name = "orders"
 			withBackup(sourceStore(""))(c)
-		}, completedBackup(ptr.To(sourceStore("db/orders"))), "error RecoverySourceInvalid: refusing to recover from https://s3.example.com/backups/db/orders"},
-		{"archiving elsewhere in the same bucket", bySource, withBackup(sourceStore("")), nil, "prod/orders, latest"},
+		}, completedBackup(ptr.To(sourceStore("db/orders"))), false, "error RecoverySourceInvalid: refusing to recover from https://s3.example.com/backups/db/orders"},
+		{"archiving elsewhere in the same bucket", bySource, withBackup(sourceStore("")), nil, false, "db/orders, latest"},
 		{"archiving to another endpoint", bySource, withBackup(func() tuskv1alpha1.ObjectStoreSpec {
-			s := sourceStore("prod/orders")
+			s := sourceStore("db/orders")
 			s.Endpoint = "https://s3.other.example.com"
 			return s
-		}()), nil, "prod/orders, latest"},
+		}()), nil, false, "db/orders, latest"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := recoveryCluster(tc.spec)
 			if tc.change != nil {
 				tc.change(c)
 			}
-			src, wait, err := resolveRecovery(c, tc.backup)
+			src, wait, err := resolveRecovery(c, tc.backup, tc.anyPath)
 			got := resolution(err, wait, func() string { return src.store.Path + ", " + src.backup })
 			if !strings.HasPrefix(got, tc.want) {
 				t.Errorf("resolveRecovery = %q, want %q", got, tc.want)
