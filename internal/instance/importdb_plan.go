@@ -28,11 +28,13 @@ func importReservedRole(name string) bool {
 }
 
 // planRoleImport turns the source's roles into statements for the new
-// cluster. A role that exists there already is kept as it is. No role
-// gets SUPERUSER or REPLICATION, nor a membership that reaches the
-// server's files and programs: either would let a database role read the
-// pod's secrets; a PostgresRole grants them where the cluster allows it.
-func planRoleImport(src *importSource, existing map[string]bool) roleImportPlan {
+// cluster, whose major is major. A role that exists there already is kept
+// as it is. No role gets SUPERUSER or REPLICATION, nor CREATEROLE below
+// PostgreSQL 16 (where it grants itself any role but a superuser), nor a
+// membership that reaches the server's files and programs: any of them
+// would let a database role read the pod's secrets; a PostgresRole grants
+// them where the cluster allows it.
+func planRoleImport(src *importSource, existing map[string]bool, major int) roleImportPlan {
 	var p roleImportPlan
 	created := map[string]bool{}
 	for _, r := range src.roles {
@@ -40,7 +42,7 @@ func planRoleImport(src *importSource, existing map[string]bool) roleImportPlan 
 			p.kept = append(p.kept, r.name)
 			continue
 		}
-		p.addRole(r)
+		p.addRole(r, major)
 		created[r.name] = true
 	}
 	for _, ms := range src.memberships {
@@ -51,8 +53,13 @@ func planRoleImport(src *importSource, existing map[string]bool) roleImportPlan 
 	return p
 }
 
-// addRole creates r without SUPERUSER and REPLICATION, with its settings.
-func (p *roleImportPlan) addRole(r sourceRole) {
+// addRole creates r without SUPERUSER and REPLICATION, and without
+// CREATEROLE where major makes it as good as superuser, with its settings.
+func (p *roleImportPlan) addRole(r sourceRole, major int) {
+	if r.createRole && sqlobjects.CreateRoleGrantsAnyRole(major) {
+		r.createRole = false
+		p.dropped = append(p.dropped, r.name+" CREATEROLE")
+	}
 	p.statements = append(p.statements, createRoleStatement(r))
 	p.created = append(p.created, r.name)
 	if r.superuser {
