@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"tusk.dev/tusk/internal/instance/sqlobjects"
+	"tusk.dev/tusk/internal/instanceapi"
 )
 
 // roleImportPlan is what an import does to the new cluster's roles.
@@ -56,7 +57,7 @@ func planRoleImport(src *importSource, existing map[string]bool, major int) role
 // addRole creates r without SUPERUSER and REPLICATION, and without
 // CREATEROLE where major makes it as good as superuser, with its settings.
 func (p *roleImportPlan) addRole(r sourceRole, major int) {
-	if r.createRole && sqlobjects.CreateRoleGrantsAnyRole(major) {
+	if r.createRole && instanceapi.CreateRoleGrantsAnyRole(major) {
 		r.createRole = false
 		p.dropped = append(p.dropped, r.name+" CREATEROLE")
 	}
@@ -83,7 +84,7 @@ func (p *roleImportPlan) addRole(r sourceRole, major int) {
 // role this major lacks).
 func (p *roleImportPlan) addMembership(ms sourceMembership, groupExists bool) {
 	tusks := importReservedRole(ms.role) && !strings.HasPrefix(ms.role, "pg_")
-	if !groupExists || tusks || slices.Contains(serverFileRoles, ms.role) {
+	if !groupExists || tusks || slices.Contains(instanceapi.ServerFileRoles, ms.role) {
 		p.dropped = append(p.dropped, ms.member+" IN ROLE "+ms.role)
 		return
 	}
@@ -93,10 +94,6 @@ func (p *roleImportPlan) addMembership(ms sourceMembership, groupExists bool) {
 	}
 	p.statements = append(p.statements, s)
 }
-
-// serverFileRoles are the predefined roles that reach the server's files
-// or programs as a superuser does.
-var serverFileRoles = []string{"pg_read_server_files", "pg_write_server_files", "pg_execute_server_program"}
 
 func createRoleStatement(r sourceRole) string {
 	opts := []string{

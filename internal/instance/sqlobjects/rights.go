@@ -27,17 +27,6 @@ var serverReachingRoles = map[string]string{
 	"pg_write_server_files":     "writes any file the server can",
 }
 
-// createRoleLimitedSince is the first major in which CREATEROLE no longer
-// lets a role grant itself membership in any role but a superuser
-// (pg_execute_server_program among them): before it, CREATEROLE is as
-// good as superuser.
-const createRoleLimitedSince = 16
-
-// CreateRoleGrantsAnyRole says whether CREATEROLE, on major, lets a role
-// grant itself membership in any role but a superuser: it is then as good
-// as superuser.
-func CreateRoleGrantsAnyRole(major int) bool { return major < createRoleLimitedSince }
-
 // catalogRole is a role as the rights check sees it.
 type catalogRole struct {
 	login, superuser, createRole bool
@@ -103,7 +92,7 @@ func (c roleCatalog) grantsSuperuserRights(name string) string {
 		return "is a superuser"
 	case serverReachingRoles[name] != "":
 		return serverReachingRoles[name]
-	case r.createRole && CreateRoleGrantsAnyRole(c.major):
+	case r.createRole && instanceapi.CreateRoleGrantsAnyRole(c.major):
 		return fmt.Sprintf("has CREATEROLE, which on PostgreSQL %d grants itself any role but a superuser, pg_execute_server_program among them", c.major)
 	}
 	return ""

@@ -1,6 +1,8 @@
 package sqlobjects
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -79,5 +81,14 @@ func TestRefuseSuperuserRightsAfterTheRequest(t *testing.T) {
 	}
 	if err := refuseSuperuserRights(c, instanceapi.RoleRequest{Name: "mallory", Login: true, InRoles: []string{"dbas"}}); err == nil {
 		t.Error("keeping the membership was allowed")
+	}
+}
+
+// TestServerReachingRolesAreTheServerFileRoles: the check and the import
+// (instanceapi.ServerFileRoles) keep the same roles away.
+func TestServerReachingRolesAreTheServerFileRoles(t *testing.T) {
+	keys := slices.Sorted(maps.Keys(serverReachingRoles))
+	if want := slices.Sorted(slices.Values(instanceapi.ServerFileRoles)); !slices.Equal(keys, want) {
+		t.Errorf("serverReachingRoles %v, instanceapi.ServerFileRoles %v", keys, want)
 	}
 }
