@@ -64,7 +64,7 @@ func refuseSuperuserRights(c roleCatalog, req instanceapi.RoleRequest) error {
 	}
 	return refuse("role %s would give superuser rights to roles that log in (%s): %s %s; "+
 		"the cluster's spec.superuserAccess is false, which keeps superuser rights (the server's files and keys) "+
-		"from every role that logs in: drop the attribute or the membership, make the roles NOLOGIN, "+
+		"from every role that logs in: drop the attribute or the membership, make those roles NOLOGIN (login: false), "+
 		"or set spec.superuserAccess to true", req.Name, reach, listNames(holders), logVerb(holders))
 }
 
