@@ -124,7 +124,11 @@ type PostgresClusterSpec struct {
 	// PostgreSQL only over the Unix socket inside a pod (`kubectl exec`),
 	// because a database superuser can read any file the server can: the
 	// pod's service-account token, the object store's keys and the server's
-	// private key among them. Tusk itself never needs it.
+	// private key among them. Tusk itself never needs it. Off, no role
+	// that logs in may have superuser rights either, by its attributes or
+	// through groups at any depth: SUPERUSER, membership of
+	// pg_read_server_files, pg_write_server_files or
+	// pg_execute_server_program, or CREATEROLE below PostgreSQL 16.
 	// +optional
 	SuperuserAccess bool `json:"superuserAccess,omitempty"`
 

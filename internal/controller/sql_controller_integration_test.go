@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -106,6 +107,35 @@ func TestSQLObjectSecretsAndNames(t *testing.T) {
 	other := newRole(ns, "app-other", "pg-other")
 	create(t, other)
 	sqlObjectWhen(t, other, roleStatus, tuskv1alpha1.ReasonWaitingForPrimary, "pg-other does not exist")
+}
+
+// TestRoleCreatorRefusedBelow16: on a cluster whose data is PostgreSQL 15
+// and whose spec.superuserAccess is false, a role that logs in with
+// CREATEROLE (which there grants itself pg_execute_server_program) is
+// refused before it reaches the primary, on its status and with a Warning
+// Event.
+func TestRoleCreatorRefusedBelow16(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newCluster(ns))
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c := &tuskv1alpha1.PostgresCluster{}
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "pg"}, c); err != nil {
+			return err
+		}
+		c.Status.PostgresMajor = 15
+		return env.Client.Status().Update(context.Background(), c)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hr := newRole(ns, "hr", "pg")
+	hr.Spec.Name, hr.Spec.CreateRole = "hr", true
+	create(t, hr)
+	const says = "role hr would be a role with CREATEROLE (which on PostgreSQL 15 grants itself pg_execute_server_program)"
+	sqlObjectWhen(t, hr, roleStatus, tuskv1alpha1.ReasonApplyRefused, says)
+	if e := waitForEvent(t, ns, tuskv1alpha1.ReasonApplyRefused, says); e.Type != corev1.EventTypeWarning || e.Regarding.Name != "hr" {
+		t.Errorf("Event %s about %s, want a Warning about hr", e.Type, e.Regarding.Name)
+	}
 }
 
 // TestDatabaseFinalizerFollowsReclaimPolicy: a database that is retained

@@ -101,24 +101,27 @@ func roleKind() sqlKind {
 	}
 }
 
-// superuserAllowed refuses a superuser role that could log in over the
-// network on a cluster whose spec.superuserAccess keeps superusers to the
-// pod's socket: a database superuser reads any file the server can (its
-// key, the pod's token, the object store's keys).
-// The predefined roles that reach the server's files or programs as a
-// superuser does.
-var serverFileRoles = []string{"pg_read_server_files", "pg_write_server_files", "pg_execute_server_program"}
-
+// superuserAllowed refuses, on a cluster whose spec.superuserAccess keeps
+// superuser rights from every role that logs in, a role that logs in and
+// asks for them in its own spec: SUPERUSER, a membership that reaches the
+// server's files or programs, or CREATEROLE where it grants itself such a
+// membership (below PostgreSQL 16). A database superuser reads any file
+// the server can (its key, the pod's token, the object store's keys).
+// Rights reached through other roles' memberships are the catalog's to
+// tell: the instance manager refuses those where it applies the role.
 func superuserAllowed(spec tuskv1alpha1.PostgresRoleSpec, c *tuskv1alpha1.PostgresCluster) error {
 	if !spec.Login || spec.Ensure == tuskv1alpha1.EnsureAbsent || c.Spec.SuperuserAccess {
 		return nil
 	}
 	why := ""
+	if major := int(c.Status.PostgresMajor); spec.CreateRole && major > 0 && instanceapi.CreateRoleGrantsAnyRole(major) {
+		why = fmt.Sprintf("a role with CREATEROLE (which on PostgreSQL %d grants itself pg_execute_server_program)", major)
+	}
 	if spec.Superuser {
 		why = "a superuser"
 	}
 	for _, r := range spec.InRoles {
-		if slices.Contains(serverFileRoles, r) {
+		if slices.Contains(instanceapi.ServerFileRoles, r) {
 			why = "a member of " + r
 		}
 	}

@@ -98,6 +98,10 @@ func TestSuperuserAllowed(t *testing.T) {
 	closed := &tuskv1alpha1.PostgresCluster{ObjectMeta: metav1.ObjectMeta{Name: "pg"}}
 	open := closed.DeepCopy()
 	open.Spec.SuperuserAccess = true
+	closed15, closed16 := closed.DeepCopy(), closed.DeepCopy()
+	closed15.Status.PostgresMajor, closed16.Status.PostgresMajor = 15, 16
+	open15 := closed15.DeepCopy()
+	open15.Spec.SuperuserAccess = true
 	cases := []struct {
 		name string
 		spec tuskv1alpha1.PostgresRoleSpec
@@ -109,6 +113,11 @@ func TestSuperuserAllowed(t *testing.T) {
 		{"a superuser login, allowed", tuskv1alpha1.PostgresRoleSpec{Name: "dba", Login: true, Superuser: true}, open, ""},
 		{"a superuser group", tuskv1alpha1.PostgresRoleSpec{Name: "dbas", Superuser: true}, closed, ""},
 		{"a superuser dropped", tuskv1alpha1.PostgresRoleSpec{Name: "dba", Login: true, Superuser: true, Ensure: tuskv1alpha1.EnsureAbsent}, closed, ""},
+		{"a role creator on 15", tuskv1alpha1.PostgresRoleSpec{Name: "hr", Login: true, CreateRole: true}, closed15,
+			"would be a role with CREATEROLE (which on PostgreSQL 15 grants itself pg_execute_server_program) that logs in"},
+		{"a role creator on 16", tuskv1alpha1.PostgresRoleSpec{Name: "hr", Login: true, CreateRole: true}, closed16, ""},
+		{"a role creator, major not known yet", tuskv1alpha1.PostgresRoleSpec{Name: "hr", Login: true, CreateRole: true}, closed, ""},
+		{"a role creator on 15, allowed", tuskv1alpha1.PostgresRoleSpec{Name: "hr", Login: true, CreateRole: true}, open15, ""},
 		{"a program runner", tuskv1alpha1.PostgresRoleSpec{Name: "etl", Login: true, InRoles: []string{"pg_execute_server_program"}}, closed,
 			"would be a member of pg_execute_server_program"},
 	}

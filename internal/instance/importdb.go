@@ -126,7 +126,7 @@ func (m *Manager) importInto(ctx context.Context, dir string, local *pgx.Conn) e
 	if err != nil {
 		return err
 	}
-	plan := planRoleImport(src, existing)
+	plan := planRoleImport(src, existing, m.opts.MajorVersion)
 	for _, s := range plan.statements {
 		if _, err := local.Exec(ctx, s); err != nil {
 			// Statements hold verifiers, never passwords.

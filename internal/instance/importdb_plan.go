@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"tusk.dev/tusk/internal/instance/sqlobjects"
+	"tusk.dev/tusk/internal/instanceapi"
 )
 
 // roleImportPlan is what an import does to the new cluster's roles.
@@ -28,11 +29,13 @@ func importReservedRole(name string) bool {
 }
 
 // planRoleImport turns the source's roles into statements for the new
-// cluster. A role that exists there already is kept as it is. No role
-// gets SUPERUSER or REPLICATION, nor a membership that reaches the
-// server's files and programs: either would let a database role read the
-// pod's secrets; a PostgresRole grants them where the cluster allows it.
-func planRoleImport(src *importSource, existing map[string]bool) roleImportPlan {
+// cluster, whose major is major. A role that exists there already is kept
+// as it is. No role gets SUPERUSER or REPLICATION, nor CREATEROLE below
+// PostgreSQL 16 (where it grants itself any role but a superuser), nor a
+// membership that reaches the server's files and programs: any of them
+// would let a database role read the pod's secrets; a PostgresRole grants
+// them where the cluster allows it.
+func planRoleImport(src *importSource, existing map[string]bool, major int) roleImportPlan {
 	var p roleImportPlan
 	created := map[string]bool{}
 	for _, r := range src.roles {
@@ -40,7 +43,7 @@ func planRoleImport(src *importSource, existing map[string]bool) roleImportPlan 
 			p.kept = append(p.kept, r.name)
 			continue
 		}
-		p.addRole(r)
+		p.addRole(r, major)
 		created[r.name] = true
 	}
 	for _, ms := range src.memberships {
@@ -51,8 +54,13 @@ func planRoleImport(src *importSource, existing map[string]bool) roleImportPlan 
 	return p
 }
 
-// addRole creates r without SUPERUSER and REPLICATION, with its settings.
-func (p *roleImportPlan) addRole(r sourceRole) {
+// addRole creates r without SUPERUSER and REPLICATION, and without
+// CREATEROLE where major makes it as good as superuser, with its settings.
+func (p *roleImportPlan) addRole(r sourceRole, major int) {
+	if r.createRole && instanceapi.CreateRoleGrantsAnyRole(major) {
+		r.createRole = false
+		p.dropped = append(p.dropped, r.name+" CREATEROLE")
+	}
 	p.statements = append(p.statements, createRoleStatement(r))
 	p.created = append(p.created, r.name)
 	if r.superuser {
@@ -76,7 +84,7 @@ func (p *roleImportPlan) addRole(r sourceRole) {
 // role this major lacks).
 func (p *roleImportPlan) addMembership(ms sourceMembership, groupExists bool) {
 	tusks := importReservedRole(ms.role) && !strings.HasPrefix(ms.role, "pg_")
-	if !groupExists || tusks || slices.Contains(serverFileRoles, ms.role) {
+	if !groupExists || tusks || slices.Contains(instanceapi.ServerFileRoles, ms.role) {
 		p.dropped = append(p.dropped, ms.member+" IN ROLE "+ms.role)
 		return
 	}
@@ -86,10 +94,6 @@ func (p *roleImportPlan) addMembership(ms sourceMembership, groupExists bool) {
 	}
 	p.statements = append(p.statements, s)
 }
-
-// serverFileRoles are the predefined roles that reach the server's files
-// or programs as a superuser does.
-var serverFileRoles = []string{"pg_read_server_files", "pg_write_server_files", "pg_execute_server_program"}
 
 func createRoleStatement(r sourceRole) string {
 	opts := []string{

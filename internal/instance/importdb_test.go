@@ -8,8 +8,9 @@ import (
 
 // TestPlanRoleImport: roles are created with their attributes, verifiers
 // and settings, except Tusk's, PostgreSQL's and those the new cluster has;
-// SUPERUSER, REPLICATION and the server-file roles are never carried,
-// and the plan says so; memberships follow the roles that exist.
+// SUPERUSER, REPLICATION, the server-file roles and, below PostgreSQL 16,
+// CREATEROLE are never carried, and the plan says so; memberships follow
+// the roles that exist.
 func TestPlanRoleImport(t *testing.T) {
 	scram := "SCRAM-SHA-256$4096:c2FsdA==$a:b"
 	until := "2030-01-01 00:00:00+00"
@@ -19,7 +20,7 @@ func TestPlanRoleImport(t *testing.T) {
 			{name: "tusk_monitor", login: true},
 			{name: "app", login: true},
 			{name: "admin", superuser: true, replication: true, login: true, inherit: true, connLimit: -1, verifier: &scram},
-			{name: "shop", login: true, inherit: true, createDB: true, connLimit: 5, validUntil: &until, verifier: &scram,
+			{name: "shop", login: true, inherit: true, createDB: true, createRole: true, connLimit: 5, validUntil: &until, verifier: &scram,
 				settings: []string{"search_path=shop, public", "work_mem=64MB"}},
 			{name: "readers", inherit: true, connLimit: -1},
 			{name: "nopass", login: true, connLimit: -1},
@@ -32,7 +33,8 @@ func TestPlanRoleImport(t *testing.T) {
 			{role: "readers", member: "postgres"},
 		},
 	}
-	p := planRoleImport(src, map[string]bool{"postgres": true, "app": true, "tusk_monitor": true, "pg_read_all_data": true})
+	existing := map[string]bool{"postgres": true, "app": true, "tusk_monitor": true, "pg_read_all_data": true}
+	p := planRoleImport(src, existing, 15)
 	want := []string{
 		`CREATE ROLE "admin" WITH LOGIN INHERIT NOCREATEROLE NOCREATEDB NOBYPASSRLS CONNECTION LIMIT -1 PASSWORD '` + scram + `'`,
 		`CREATE ROLE "shop" WITH LOGIN INHERIT NOCREATEROLE CREATEDB NOBYPASSRLS CONNECTION LIMIT 5 VALID UNTIL '` + until + `' PASSWORD '` + scram + `'`,
@@ -51,11 +53,18 @@ func TestPlanRoleImport(t *testing.T) {
 			"created":         {"admin", "shop", "readers", "nopass"},
 			"kept":            {"postgres", "tusk_monitor", "app"},
 			"withoutPassword": {"nopass"},
-			"dropped":         {"admin SUPERUSER", "admin REPLICATION", "admin IN ROLE pg_execute_server_program", "nopass IN ROLE tusk_monitor"},
+			"dropped": {"admin SUPERUSER", "admin REPLICATION", "shop CREATEROLE", "admin IN ROLE pg_execute_server_program",
+				"nopass IN ROLE tusk_monitor"},
 		}[what]
 		if !slices.Equal(got, wantList) {
 			t.Errorf("%s = %v, want %v", what, got, wantList)
 		}
+	}
+
+	// From 16, CREATEROLE grants only the roles it administers: it stays.
+	p = planRoleImport(src, existing, 16)
+	if !strings.Contains(p.statements[1], "INHERIT CREATEROLE CREATEDB") || slices.Contains(p.dropped, "shop CREATEROLE") {
+		t.Errorf("on 16, shop is %s and dropped %v; want CREATEROLE kept", p.statements[1], p.dropped)
 	}
 }
 

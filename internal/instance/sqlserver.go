@@ -29,6 +29,7 @@ func (m *Manager) sqlObjects() *sqlobjects.Objects {
 		ConnectWritable: m.connectWritable,
 		Log:             m.log,
 		Owner:           m.opts.InitDB.Owner,
+		SuperuserAccess: func() bool { return m.snapshot().config.SuperuserRemoteAccess },
 		RunDir:          m.opts.RunDir,
 	})
 }

@@ -51,6 +51,17 @@ type ApplyResult struct {
 // PostgreSQL's and refused too.
 var ReservedRoles = []string{"postgres", "tusk_replication", "tusk_monitor", ProbeRole, CertificateLoginRole}
 
+// ServerFileRoles are PostgreSQL's predefined roles whose members reach
+// the server's files or programs as a superuser does: the pod's keys and
+// service-account token among them.
+var ServerFileRoles = []string{"pg_read_server_files", "pg_write_server_files", "pg_execute_server_program"}
+
+// CreateRoleGrantsAnyRole says whether CREATEROLE, on PostgreSQL major,
+// lets a role grant itself membership in any role but a superuser
+// (pg_execute_server_program among them), making it as good as superuser:
+// below 16, which limits it to the roles it administers.
+func CreateRoleGrantsAnyRole(major int) bool { return major < 16 }
+
 // CertificateLoginRole is the group whose members log in over TLS with a
 // client certificate from the cluster's client CA (its CN the member's
 // name) and no password: pg_hba.conf names it (+tusk_cert_login), so no

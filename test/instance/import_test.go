@@ -20,7 +20,8 @@ import (
 // from a running server over verified TLS, as a role that is no
 // superuser: rows, sequences, views, roles with their attributes,
 // memberships and settings arrive, and the password verifiers that
-// pg_read_all_data may read (a superuser role arrives without SUPERUSER).
+// pg_read_all_data may read (a superuser role arrives without SUPERUSER,
+// and below PostgreSQL 16 a CREATEROLE one without CREATEROLE).
 // A wrong password is a clear error in /status, retried, with no data
 // directory left.
 func TestImportBootstrap(t *testing.T) {
@@ -32,6 +33,7 @@ CREATE ROLE shop LOGIN PASSWORD 'shop-secret' CONNECTION LIMIT 7 IN ROLE readers
 ALTER ROLE shop SET work_mem = '8MB';
 CREATE ROLE migrator LOGIN PASSWORD 'migrate-me' IN ROLE pg_read_all_data;
 CREATE ROLE boss SUPERUSER LOGIN;
+CREATE ROLE keeper CREATEROLE LOGIN PASSWORD 'keeper-secret';
 CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1), (2)`)
 	source.exec("CREATE DATABASE shop OWNER shop")
 	source.withConn("postgres", superuserPassword, "shop", func(conn *pgx.Conn) error {
@@ -61,6 +63,11 @@ GRANT SELECT ON recent TO readers`)
 		n := startNode(t, "imp-1", nodeOptions{role: instanceapi.RolePrimary, tls: ownPKI, extraArgs: importArgs("migrate-me")})
 		n.waitReady(instanceapi.RolePrimary)
 		n.waitIDs(1, 2)
+		// CREATEROLE grants itself pg_execute_server_program below 16.
+		createRoleKept, dropped := serverMajor(t, n) >= 16, `"attributesDropped":["boss SUPERUSER","keeper CREATEROLE"]`
+		if createRoleKept {
+			dropped = `"attributesDropped":["boss SUPERUSER"]`
+		}
 		n.withConn("postgres", superuserPassword, "shop", func(conn *pgx.Conn) error {
 			ctx := context.Background()
 			for _, c := range []struct{ sql, want string }{
@@ -73,6 +80,7 @@ GRANT SELECT ON recent TO readers`)
 				{"SELECT string_agg(r.rolname || ':' || r.rolconnlimit || ':' || r.rolcanlogin || ':' || r.rolsuper || ':' || (a.rolpassword IS NULL), ',' ORDER BY r.rolname) FROM pg_roles r JOIN pg_authid a USING (oid) WHERE r.rolname IN ('shop', 'readers', 'boss', 'migrator')",
 					"boss:-1:true:false:true,migrator:-1:true:false:false,readers:-1:false:false:true,shop:7:true:false:false"},
 				{"SELECT pg_has_role('shop', 'readers', 'MEMBER')::text", "true"},
+				{"SELECT rolcreaterole::text FROM pg_roles WHERE rolname = 'keeper'", strconv.FormatBool(createRoleKept)},
 				{"SELECT array_to_string(setconfig, ',') FROM pg_db_role_setting WHERE setrole = 'shop'::regrole", "work_mem=8MB"},
 				{"SELECT (count(*) > 0)::text FROM pg_stats WHERE tablename = 'orders'", "true"},
 			} {
@@ -88,7 +96,10 @@ GRANT SELECT ON recent TO readers`)
 		})
 		// The verifier came along: the source's password logs in.
 		n.withConn("shop", "shop-secret", "shop", func(conn *pgx.Conn) error { return nil })
-		if !strings.Contains(n.logs(), `"withoutPassword":["boss"]`) || !strings.Contains(n.logs(), `"attributesDropped":["boss SUPERUSER"]`) {
+		if err := escalate(n, "keeper", "keeper-secret", "GRANT pg_execute_server_program TO keeper", runProgram); err == nil {
+			t.Error("the imported role keeper granted itself pg_execute_server_program and ran a program on the server")
+		}
+		if !strings.Contains(n.logs(), `"withoutPassword":["boss"]`) || !strings.Contains(n.logs(), dropped) {
 			t.Errorf("the manager's log does not say which roles have no password and what was dropped:\n%s", grepLines(n.logs(), "Imported the source's roles"))
 		}
 	})

@@ -111,7 +111,9 @@ func assertLogin(t *testing.T, n *node, password string, works bool) {
 // fields, rotates the password without a restart, and drops the role; with
 // every statement logged, no password nor verifier shows in the logs.
 func TestManagedRoleLifecycle(t *testing.T) {
-	logEverything := &instanceapi.Config{Parameters: map[string]string{"log_statement": "all"}}
+	// The role takes every attribute, SUPERUSER and CREATEROLE among them:
+	// only a cluster with superuser access allows them to a role that logs in.
+	logEverything := &instanceapi.Config{Parameters: map[string]string{"log_statement": "all"}, SuperuserRemoteAccess: true}
 	n := startNode(t, "roles-1", nodeOptions{role: instanceapi.RolePrimary, config: logEverything})
 	n.waitReady(instanceapi.RolePrimary)
 	const firstPassword, secondPassword = "first pass'word", "second-pass"

@@ -27,6 +27,9 @@ type Port struct {
 	// Owner is the cluster's bootstrap owner: Tusk manages it, so no apply
 	// may.
 	Owner string
+	// SuperuserAccess says whether the cluster lets roles that log in
+	// have superuser rights (spec.superuserAccess); nil means it does not.
+	SuperuserAccess func() bool
 	// RunDir holds the subscriptions' CA files: they are no part of the
 	// data, and a backup or a replica has no use for them.
 	RunDir string

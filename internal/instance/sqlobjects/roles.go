@@ -22,8 +22,10 @@ import (
 const sqlApplyLock = 0x7475736b // "tusk"
 
 // ApplyRole makes the role req names match it (PUT /v1/sql/roles): it
-// reads the role from the catalogs, plans the statements that close the
-// difference, and runs them in one transaction on the primary. A role
+// reads the role from the catalogs, refuses to give superuser rights to a
+// role that logs in unless the cluster allows them (guardSuperuserRights),
+// plans the statements that close the difference, and runs them in one
+// transaction on the primary. A role
 // dropped with reassignOwnedTo has what it owns in the other databases
 // reassigned first, in a transaction each.
 func (o *Objects) ApplyRole(ctx context.Context, req instanceapi.RoleRequest) (instanceapi.ApplyResult, error) {
@@ -48,6 +50,9 @@ func (o *Objects) ApplyRole(ctx context.Context, req instanceapi.RoleRequest) (i
 	}
 	obs, err := observeRole(ctx, tx, req)
 	if err != nil {
+		return instanceapi.ApplyResult{}, err
+	}
+	if err := o.guardSuperuserRights(ctx, tx, req); err != nil {
 		return instanceapi.ApplyResult{}, err
 	}
 	verifier, err := newVerifierIfNeeded(req, obs)
