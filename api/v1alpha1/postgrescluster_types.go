@@ -132,6 +132,15 @@ type PostgresClusterSpec struct {
 	// +optional
 	SuperuserAccess bool `json:"superuserAccess,omitempty"`
 
+	// AllowUntrustedExtensions lets a PostgresDatabase create or update an
+	// extension PostgreSQL does not mark trusted (file_fdw, adminpack,
+	// dblink, untrusted languages...). Off by default: Tusk installs
+	// extensions as the superuser, and an untrusted extension's script was
+	// not written to run safely in schemas other roles may write, nor are
+	// its functions meant for roles that are not superusers.
+	// +optional
+	AllowUntrustedExtensions bool `json:"allowUntrustedExtensions,omitempty"`
+
 	// TLS configures the certificates of the PostgreSQL servers. TLS is
 	// always on; by default Tusk creates a CA per cluster.
 	// +optional

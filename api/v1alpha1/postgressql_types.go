@@ -286,8 +286,10 @@ type ExtensionSpec struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	Version string `json:"version,omitempty"`
-	// Schema is the schema the extension's objects are in.
+	// Schema is the schema the extension's objects are in; not a pg_
+	// schema or information_schema, PostgreSQL's own.
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('pg_') && self != 'information_schema'",message="an extension cannot go to a pg_ schema or information_schema: they are PostgreSQL's own"
 	// +optional
 	Schema string `json:"schema,omitempty"`
 }

@@ -168,8 +168,10 @@ func databaseKind() sqlKind {
 		dropsOnDelete: func(o client.Object) bool {
 			return db(o).Spec.ReclaimPolicy == tuskv1alpha1.DatabaseReclaimDelete
 		},
-		request: func(_ context.Context, _ *SQLReconciler, o client.Object, _ *tuskv1alpha1.PostgresCluster) (any, error) {
-			return databaseRequest(db(o).Spec), nil
+		request: func(_ context.Context, _ *SQLReconciler, o client.Object, c *tuskv1alpha1.PostgresCluster) (any, error) {
+			req := databaseRequest(db(o).Spec)
+			req.AllowUntrustedExtensions = c.Spec.AllowUntrustedExtensions
+			return req, nil
 		},
 		drop: func(_ context.Context, _ *SQLReconciler, o client.Object, _ *tuskv1alpha1.PostgresCluster) (any, error) {
 			req := databaseRequest(db(o).Spec)

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"reflect"
 	"strings"
 	"testing"
@@ -52,6 +53,12 @@ func TestDatabaseRequest(t *testing.T) {
 	}
 	if got := databaseRequest(spec); !reflect.DeepEqual(want, got) {
 		t.Errorf("database request\n  %+v\nwant\n  %+v", got, want)
+	}
+	// Whether untrusted extensions may be installed is the cluster's to say.
+	c := &tuskv1alpha1.PostgresCluster{Spec: tuskv1alpha1.PostgresClusterSpec{AllowUntrustedExtensions: true}}
+	got, err := databaseKind().request(context.Background(), nil, &tuskv1alpha1.PostgresDatabase{Spec: spec}, c)
+	if req, ok := got.(instanceapi.DatabaseRequest); err != nil || !ok || !req.AllowUntrustedExtensions {
+		t.Errorf("the request for a cluster that allows untrusted extensions: %+v, %v", got, err)
 	}
 }
 

@@ -128,6 +128,10 @@ type DatabaseRequest struct {
 	// alone; one listed absent is dropped.
 	Extensions []ExtensionRequest `json:"extensions,omitempty"`
 	Schemas    []SchemaRequest    `json:"schemas,omitempty"`
+	// AllowUntrustedExtensions lets an extension PostgreSQL does not mark
+	// trusted be created or updated (the cluster's
+	// spec.allowUntrustedExtensions); refused otherwise.
+	AllowUntrustedExtensions bool `json:"allowUntrustedExtensions,omitempty"`
 }
 
 // ExtensionRequest is one extension of a database.

@@ -75,6 +75,8 @@ func TestInvalidSQLObjectsAreRejectedOnCreate(t *testing.T) {
 		{"unknown reclaim policy", baseDatabase, `spec: {reclaimPolicy: archive}`, `Unsupported value: "archive"`},
 		{"the public schema", baseDatabase, `spec: {schemas: [{name: public}]}`, "public and pg_ schemas cannot be managed"},
 		{"a pg_ schema", baseDatabase, `spec: {schemas: [{name: pg_temp}]}`, "public and pg_ schemas cannot be managed"},
+		{"an extension in pg_catalog", baseDatabase, `spec: {extensions: [{name: citext, schema: pg_catalog}]}`, "an extension cannot go to a pg_ schema or information_schema"},
+		{"an extension in information_schema", baseDatabase, `spec: {extensions: [{name: citext, schema: information_schema}]}`, "an extension cannot go to a pg_ schema or information_schema"},
 		{"an extension twice", baseDatabase, `spec: {extensions: [{name: hstore}, {name: hstore}]}`, "Duplicate value"},
 		{"both all tables and a list", basePublication, `spec: {allTables: true}`, "set either allTables or a list of tables, not both"},
 		{"neither all tables nor a list", basePublication, `spec: {tables: null}`, "set either allTables or a list of tables, not both"},

@@ -306,3 +306,40 @@ func TestManagedDatabaseOnReplica(t *testing.T) {
 	}
 	applyDatabaseN(t, primary, instanceapi.DatabaseRequest{Name: "shop"}, 1)
 }
+
+// TestExtensionsAreInstalledSafely: the manager installs extensions as the
+// superuser, so what a database's owner controls must not choose what
+// that runs. An extension PostgreSQL does not mark trusted is refused
+// unless the cluster allows untrusted extensions; and an extension without
+// a schema goes to public, not to a schema named postgres ("$user" of the
+// superuser's session) that the owner made to catch it.
+func TestExtensionsAreInstalledSafely(t *testing.T) {
+	primary := startNode(t, "ext-1", nodeOptions{role: instanceapi.RolePrimary})
+	primary.waitReady(instanceapi.RolePrimary)
+	primary.exec("CREATE ROLE tenant LOGIN")
+	db := instanceapi.DatabaseRequest{Name: "shop", Owner: "tenant"}
+	applyDatabaseN(t, primary, db, 1)
+
+	// A schema of the database's owner that the superuser's "$user" would
+	// name first (the owner may create schemas in its database).
+	execIn(t, primary, "shop", "CREATE SCHEMA postgres AUTHORIZATION tenant")
+	trusted := db
+	trusted.Extensions = []instanceapi.ExtensionRequest{{Name: "citext"}}
+	applyDatabaseN(t, primary, trusted, 1)
+	if _, schema := extensionState(t, primary, "citext"); schema != "public" {
+		t.Errorf("an extension without a schema went to schema %q, want public", schema)
+	}
+
+	untrusted := db
+	untrusted.Extensions = []instanceapi.ExtensionRequest{{Name: "file_fdw"}}
+	refusedDatabase(t, primary, untrusted, http.StatusUnprocessableEntity,
+		"extension file_fdw version 1.0 is not trusted by PostgreSQL")
+	if version, _ := extensionState(t, primary, "file_fdw"); version != "" {
+		t.Errorf("a refused untrusted extension was created (version %s)", version)
+	}
+	untrusted.AllowUntrustedExtensions = true
+	applyDatabaseN(t, primary, untrusted, 1)
+	if version, _ := extensionState(t, primary, "file_fdw"); version == "" {
+		t.Error("an untrusted extension the cluster allows was not created")
+	}
+}

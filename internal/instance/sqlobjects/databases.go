@@ -143,7 +143,8 @@ func (o *Objects) planInside(ctx context.Context, req instanceapi.DatabaseReques
 // every object in a schema depends on it (pg_depend, deptype 'n'); an
 // extension's members depend on their extension too (deptype 'e').
 func observeInside(ctx context.Context, conn *pgx.Conn, req instanceapi.DatabaseRequest) (databaseObservation, error) {
-	obs := databaseObservation{extensions: map[string]observedExtension{}, schemas: map[string]observedSchema{}}
+	obs := databaseObservation{extensions: map[string]observedExtension{}, schemas: map[string]observedSchema{},
+		installable: map[string]installableExtension{}}
 	if err := conn.QueryRow(ctx, `SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = current_database()`).
 		Scan(&obs.owner); err != nil {
 		return obs, classifyPostgresError(fmt.Errorf("while reading the database's owner: %w", err))
@@ -159,6 +160,9 @@ func observeInside(ctx context.Context, conn *pgx.Conn, req instanceapi.Database
 	}
 	if err != nil {
 		return obs, classifyPostgresError(fmt.Errorf("while reading the extensions: %w", err))
+	}
+	if err := observeInstallable(ctx, conn, req, obs.installable); err != nil {
+		return obs, err
 	}
 	var schema observedSchema
 	rows, err = conn.Query(ctx, `SELECT n.nspname, pg_get_userbyid(n.nspowner),
@@ -176,6 +180,32 @@ func observeInside(ctx context.Context, conn *pgx.Conn, req instanceapi.Database
 		return obs, classifyPostgresError(fmt.Errorf("while reading the schemas: %w", err))
 	}
 	return obs, nil
+}
+
+// observeInstallable reads the default and the trusted versions of the
+// request's extensions (pg_available_extension_versions.trusted, from
+// PostgreSQL 13).
+func observeInstallable(ctx context.Context, conn *pgx.Conn, req instanceapi.DatabaseRequest, into map[string]installableExtension) error {
+	var names []string
+	for _, e := range req.Extensions {
+		names = append(names, e.Name)
+	}
+	rows, err := conn.Query(ctx, `SELECT a.name, coalesce(a.default_version, ''),
+		coalesce(array_agg(v.version ORDER BY v.version) FILTER (WHERE v.trusted), '{}')
+		FROM pg_available_extensions a LEFT JOIN pg_available_extension_versions v ON v.name = a.name
+		WHERE a.name = ANY($1) GROUP BY a.name, a.default_version`, names)
+	if err == nil {
+		var name string
+		var inst installableExtension
+		_, err = pgx.ForEachRow(rows, []any{&name, &inst.defaultVersion, &inst.trusted}, func() error {
+			into[name] = inst
+			return nil
+		})
+	}
+	if err != nil {
+		return classifyPostgresError(fmt.Errorf("while reading which extensions are trusted: %w", err))
+	}
+	return nil
 }
 
 // applyInside runs the database's own statements in one transaction.
@@ -211,8 +241,8 @@ func runStep(ctx context.Context, log logr.Logger, conn *pgx.Conn, step sqlStep,
 	log.Info(step.action, step.kv...)
 	sql := step.sql
 	if step.defaultSearchPath {
-		// In the statement's transaction only: PostgreSQL's default.
-		sql = `SET LOCAL search_path = "$user", public; ` + sql + `; SET LOCAL search_path = pg_catalog`
+		// In the statement's transaction only (sqlStep.defaultSearchPath).
+		sql = `SET LOCAL search_path = public; ` + sql + `; SET LOCAL search_path = pg_catalog`
 	}
 	if _, err := conn.Exec(ctx, sql); err != nil {
 		return classifyPostgresError(fmt.Errorf("while running %s: %w", step.sql, err))

@@ -20,10 +20,12 @@ type sqlStep struct {
 	action string // "Creating database", logged with kv
 	kv     []any
 	change string // "created database app"
-	// defaultSearchPath runs the statement under PostgreSQL's default
-	// search_path ("$user", public) instead of the manager's pinned
-	// pg_catalog: CREATE EXTENSION without a schema creates the
-	// extension in the first schema of the search_path.
+	// defaultSearchPath runs the statement with search_path public
+	// instead of the manager's pinned pg_catalog: CREATE EXTENSION without
+	// a schema creates the extension in the first schema of the
+	// search_path. Not PostgreSQL's default ("$user", public): for the
+	// superuser's session "$user" is a schema named postgres, which any
+	// role that may create schemas could make.
 	defaultSearchPath bool
 }
 
@@ -54,6 +56,16 @@ type databaseObservation struct {
 	owner      string
 	extensions map[string]observedExtension
 	schemas    map[string]observedSchema
+	// installable are the request's extensions as the image has them
+	// (pg_available_extension_versions), by name.
+	installable map[string]installableExtension
+}
+
+// installableExtension is what the image says of an extension: its
+// default version and the versions PostgreSQL marks trusted.
+type installableExtension struct {
+	defaultVersion string
+	trusted        []string
 }
 
 type observedExtension struct {
@@ -84,6 +96,10 @@ func validateDatabaseRequest(req instanceapi.DatabaseRequest) error {
 	for _, e := range req.Extensions {
 		if e.Name == "" || seen["e"+e.Name] {
 			return refuse("extension %q is listed twice or has no name", e.Name)
+		}
+		if strings.HasPrefix(e.Schema, "pg_") || e.Schema == "information_schema" {
+			// Objects put among PostgreSQL's own would shadow them for every role.
+			return refuse("extension %s cannot go to schema %s, which is PostgreSQL's own", e.Name, e.Schema)
 		}
 		seen["e"+e.Name] = true
 		ensures = append(ensures, e.Ensure)
@@ -327,12 +343,41 @@ func planExtensions(req instanceapi.DatabaseRequest, obs databaseObservation) (c
 		case e.Schema != "" && !schemaWillExist(e.Schema, req, obs):
 			return nil, nil, refuse("schema %s of extension %s does not exist; list it among the schemas", e.Schema, e.Name)
 		case !exists:
+			if err := checkTrusted(e.Name, e.Version, req, obs); err != nil {
+				return nil, nil, err
+			}
 			changes = append(changes, createExtension(e))
 		default:
+			if e.Version != "" && e.Version != seen.version {
+				if err := checkTrusted(e.Name, e.Version, req, obs); err != nil {
+					return nil, nil, err
+				}
+			}
 			changes = append(changes, alterExtension(e, seen)...)
 		}
 	}
 	return changes, drops, nil
+}
+
+// checkTrusted refuses to run the script of an extension version that
+// PostgreSQL does not mark trusted (version "": the default one), unless
+// the request allows untrusted extensions. Its script runs as the
+// superuser: a trusted one is written to be safe in schemas other roles
+// may write, an untrusted one is not, and may hand roles that are no
+// superusers the server's files or programs.
+func checkTrusted(name, version string, req instanceapi.DatabaseRequest, obs databaseObservation) error {
+	if req.AllowUntrustedExtensions {
+		return nil
+	}
+	inst := obs.installable[name]
+	if version == "" {
+		version = inst.defaultVersion
+	}
+	if slices.Contains(inst.trusted, version) {
+		return nil
+	}
+	return refuse("extension %s version %s is not trusted by PostgreSQL: its script, run as the superuser, could hand the server's files, "+
+		"programs or superuser rights to other roles; set spec.allowUntrustedExtensions on the cluster to allow it", name, version)
 }
 
 func schemaWillExist(name string, req instanceapi.DatabaseRequest, obs databaseObservation) bool {

@@ -139,14 +139,20 @@ func TestPlanInDatabase(t *testing.T) {
 	inside := databaseObservation{owner: "app",
 		extensions: map[string]observedExtension{"plpgsql": {"1.0", "pg_catalog"}, "hstore": {"1.7", "public"}},
 		schemas:    map[string]observedSchema{"public": {owner: "pg_database_owner", objects: 0}, "full": {owner: "app", objects: 3}},
+		installable: map[string]installableExtension{
+			"pgcrypto": {defaultVersion: "1.3", trusted: []string{"1.3"}},
+			"hstore":   {defaultVersion: "1.8", trusted: []string{"1.7", "1.8"}},
+			"citext":   {defaultVersion: "1.6", trusted: []string{"1.6"}},
+			"file_fdw": {defaultVersion: "1.0"},
+		},
 	}
 	tests := []struct {
-		name       string
-		extensions []instanceapi.ExtensionRequest
-		schemas    []instanceapi.SchemaRequest
-		obs        databaseObservation
-		want       []string
-		refusal    string
+		name           string
+		extensions     []instanceapi.ExtensionRequest
+		schemas        []instanceapi.SchemaRequest
+		allowUntrusted bool
+		want           []string
+		refusal        string
 	}{
 		{name: "nothing listed, nothing done"},
 		{name: "unlisted extensions are left alone", extensions: []instanceapi.ExtensionRequest{{Name: "hstore"}}},
@@ -181,10 +187,20 @@ func TestPlanInDatabase(t *testing.T) {
 			schemas:    []instanceapi.SchemaRequest{{Name: "gone", Ensure: instanceapi.EnsureAbsent}}},
 		{name: "an extension without a schema runs under the default search_path",
 			extensions: []instanceapi.ExtensionRequest{{Name: "citext"}}, want: []string{`CREATE EXTENSION "citext"`}},
+		// An untrusted extension's script runs as the superuser.
+		{name: "an untrusted extension is refused",
+			extensions: []instanceapi.ExtensionRequest{{Name: "file_fdw"}},
+			refusal:    "extension file_fdw version 1.0 is not trusted by PostgreSQL"},
+		{name: "an untrusted extension the cluster allows",
+			extensions: []instanceapi.ExtensionRequest{{Name: "file_fdw"}}, allowUntrusted: true,
+			want: []string{`CREATE EXTENSION "file_fdw"`}},
+		{name: "an update to an untrusted version is refused",
+			extensions: []instanceapi.ExtensionRequest{{Name: "hstore", Version: "1.9"}},
+			refusal:    "extension hstore version 1.9 is not trusted"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req := instanceapi.DatabaseRequest{Name: "shop", Extensions: tt.extensions, Schemas: tt.schemas}
+			req := instanceapi.DatabaseRequest{Name: "shop", Extensions: tt.extensions, Schemas: tt.schemas, AllowUntrustedExtensions: tt.allowUntrusted}
 			steps, err := planInDatabase(req, inside)
 			checkPlan(t, steps, err, tt.want, tt.refusal)
 			for _, s := range steps {
@@ -217,5 +233,21 @@ func TestDatabaseErrorStatus(t *testing.T) {
 		if got := httpStatus(tt.err); got != tt.want {
 			t.Errorf("%v: status %d, want %d", tt.err, got, tt.want)
 		}
+	}
+}
+
+// TestExtensionsStayOutOfPostgresSchemas: an extension's objects put in
+// pg_catalog or information_schema would shadow PostgreSQL's own for every
+// role; the request is refused whatever the API let through.
+func TestExtensionsStayOutOfPostgresSchemas(t *testing.T) {
+	for _, schema := range []string{"pg_catalog", "pg_toast", "information_schema"} {
+		req := instanceapi.DatabaseRequest{Name: "shop", Extensions: []instanceapi.ExtensionRequest{{Name: "citext", Schema: schema}}}
+		if err := validateDatabaseRequest(req); err == nil || !strings.Contains(err.Error(), "which is PostgreSQL's own") {
+			t.Errorf("extension in %s: %v, want it refused", schema, err)
+		}
+	}
+	ok := instanceapi.DatabaseRequest{Name: "shop", Extensions: []instanceapi.ExtensionRequest{{Name: "citext", Schema: "ext"}}}
+	if err := validateDatabaseRequest(ok); err != nil {
+		t.Errorf("extension in schema ext: %v", err)
 	}
 }
