@@ -5,6 +5,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -107,8 +108,8 @@ func (ro *reportOptions) run(ctx context.Context, name string) error {
 	now := ro.now().UTC()
 	b := &bundle{files: map[string][]byte{}, objects: map[string]bool{}}
 	b.addObject(c, "cluster.yaml", cluster)
-	pods := ro.addClusterObjects(ctx, c, b, cluster)
-	secrets := ro.addSecretNames(ctx, c, b, cluster)
+	pods, sqlObjects := ro.addClusterObjects(ctx, c, b, cluster)
+	secrets := ro.addSecretNames(ctx, c, b, cluster, append(namedSecrets(cluster), sqlObjectSecrets(sqlObjects)...))
 	ro.addEvents(ctx, c, b, cluster)
 	ro.addLogs(ctx, clientset, b, cluster, pods)
 	ro.addInstanceStatuses(ctx, cfg, clientset, b, pods)
@@ -148,8 +149,8 @@ func (b *bundle) addObject(c client.Client, path string, objs ...client.Object) 
 }
 
 // addClusterObjects writes the objects of the cluster by kind and returns
-// its pods.
-func (ro *reportOptions) addClusterObjects(ctx context.Context, c client.Client, b *bundle, cluster *tuskv1alpha1.PostgresCluster) []corev1.Pod {
+// its pods and its SQL objects.
+func (ro *reportOptions) addClusterObjects(ctx context.Context, c client.Client, b *bundle, cluster *tuskv1alpha1.PostgresCluster) ([]corev1.Pod, []client.Object) {
 	inCluster := []client.ListOption{client.InNamespace(cluster.Namespace), client.MatchingLabels{tuskv1alpha1.LabelCluster: cluster.Name}}
 	var pods corev1.PodList
 	lists := map[string]client.ObjectList{
@@ -179,13 +180,13 @@ func (ro *reportOptions) addClusterObjects(ctx context.Context, c client.Client,
 		}
 		b.addObject(c, "backups.yaml", ofCluster...)
 	}
-	addSQLObjects(ctx, c, b, cluster)
-	return pods.Items
+	sqlObjects := addSQLObjects(ctx, c, b, cluster)
+	return pods.Items, sqlObjects
 }
 
 // addSQLObjects writes the cluster's declarative SQL objects (roles,
 // databases, publications, subscriptions) with their conditions.
-func addSQLObjects(ctx context.Context, c client.Client, b *bundle, cluster *tuskv1alpha1.PostgresCluster) {
+func addSQLObjects(ctx context.Context, c client.Client, b *bundle, cluster *tuskv1alpha1.PostgresCluster) []client.Object {
 	var roles tuskv1alpha1.PostgresRoleList
 	var databases tuskv1alpha1.PostgresDatabaseList
 	var publications tuskv1alpha1.PostgresPublicationList
@@ -214,6 +215,7 @@ func addSQLObjects(ctx context.Context, c client.Client, b *bundle, cluster *tus
 		add(&subscriptions.Items[i], subscriptions.Items[i].Spec.Cluster.Name)
 	}
 	b.addObject(c, "sql.yaml", ofCluster...)
+	return ofCluster
 }
 
 // listItems returns a typed list's items as objects.
@@ -233,7 +235,7 @@ func listItems(list client.ObjectList) []client.Object {
 
 // addSecretNames lists the cluster's Secrets and the ones its spec names,
 // by name, type and keys, and returns every value in them, to redact.
-func (ro *reportOptions) addSecretNames(ctx context.Context, c client.Client, b *bundle, cluster *tuskv1alpha1.PostgresCluster) [][]byte {
+func (ro *reportOptions) addSecretNames(ctx context.Context, c client.Client, b *bundle, cluster *tuskv1alpha1.PostgresCluster, named []string) [][]byte {
 	var values [][]byte
 	var listing strings.Builder
 	seen := map[string]bool{}
@@ -259,7 +261,7 @@ func (ro *reportOptions) addSecretNames(ctx context.Context, c client.Client, b 
 	for i := range secrets.Items {
 		record(&secrets.Items[i])
 	}
-	for _, name := range namedSecrets(cluster) {
+	for _, name := range named {
 		s := &corev1.Secret{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: name}, s); err != nil {
 			b.note("secrets.txt: Secret %s could not be read (%v): its values were not looked for", name, err)
@@ -280,14 +282,67 @@ var publicSecretKeys = map[string]bool{
 	"tls.crt": true, "ca.crt": true, "client-ca.crt": true,
 }
 
-// namedSecrets are the Secrets of the user's that the cluster's spec names.
+// namedSecrets are the Secrets of the user's that the cluster's spec
+// names: the superuser's and the owner's, the TLS CA, the object store's
+// keys and CA, a recovery source's, an import source's password and CA.
 func namedSecrets(c *tuskv1alpha1.PostgresCluster) []string {
 	var names []string
-	if bk := c.Spec.Backup; bk != nil && bk.ObjectStore.CredentialsSecret.Name != "" {
-		names = append(names, bk.ObjectStore.CredentialsSecret.Name)
+	local := func(ref *corev1.LocalObjectReference) {
+		if ref != nil && ref.Name != "" {
+			names = append(names, ref.Name)
+		}
 	}
-	if t := c.Spec.TLS; t != nil && t.CASecret != nil {
-		names = append(names, t.CASecret.Name)
+	key := func(ref *corev1.SecretKeySelector) {
+		if ref != nil {
+			local(&ref.LocalObjectReference)
+		}
+	}
+	store := func(s *tuskv1alpha1.ObjectStoreSpec) {
+		if s != nil {
+			local(&corev1.LocalObjectReference{Name: s.CredentialsSecret.Name})
+			key(s.CASecret)
+		}
+	}
+	local(c.Spec.SuperuserSecret)
+	if t := c.Spec.TLS; t != nil {
+		local(t.CASecret)
+	}
+	if bk := c.Spec.Backup; bk != nil {
+		store(&bk.ObjectStore)
+	}
+	if bs := c.Spec.Bootstrap; bs != nil {
+		if bs.InitDB != nil {
+			local(bs.InitDB.Secret)
+			if imp := bs.InitDB.Import; imp != nil {
+				key(&imp.Source.PasswordSecret)
+				key(imp.Source.CASecret)
+			}
+		}
+		if bs.Recovery != nil {
+			store(bs.Recovery.Source)
+		}
+	}
+	return names
+}
+
+// sqlObjectSecrets are the Secrets the cluster's SQL objects name: roles'
+// passwords, subscriptions' roles and connection strings.
+func sqlObjectSecrets(objs []client.Object) []string {
+	var names []string
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *tuskv1alpha1.PostgresRole:
+			if ref := o.Spec.PasswordSecret; ref != nil {
+				names = append(names, ref.Name)
+			}
+		case *tuskv1alpha1.PostgresSubscription:
+			if ref := o.Spec.Source.RoleSecret; ref != nil {
+				names = append(names, ref.Name)
+			}
+			if ref := o.Spec.Source.ConnectionSecret; ref != nil {
+				names = append(names, ref.Name)
+			}
+		}
 	}
 	return names
 }
@@ -338,7 +393,7 @@ func (ro *reportOptions) addLogs(ctx context.Context, cs kubernetes.Interface, b
 		b.note("operator logs: the operator's pods in %s could not be listed (%v)", ro.operatorNamespace, err)
 		return
 	}
-	mentions := aboutCluster(cluster)
+	mentions := aboutCluster(cluster, b.objects)
 	for _, p := range operators.Items {
 		ro.addLog(ctx, cs, b, fmt.Sprintf("operator/%s.log", p.Name), p.Namespace, p.Name,
 			&corev1.PodLogOptions{SinceSeconds: &since}, mentions)
@@ -373,10 +428,23 @@ func (ro *reportOptions) addLog(ctx context.Context, cs kubernetes.Interface, b 
 }
 
 // aboutCluster says whether an operator log line (JSON) is about the
-// cluster: it names both its namespace and its name.
-func aboutCluster(c *tuskv1alpha1.PostgresCluster) func(string) bool {
-	ns, name := `"`+c.Namespace+`"`, `"`+c.Name+`"`
-	return func(line string) bool { return strings.Contains(line, ns) && strings.Contains(line, name) }
+// cluster or one of the objects the report holds: its namespace field is
+// the cluster's namespace, and its controller's kind and its name (the
+// object reconciled) are one of those objects (objects: "Kind/name"). A
+// line that merely mentions both strings (another namespace's cluster, a
+// message quoting them) is not: it could carry another tenant's data.
+func aboutCluster(c *tuskv1alpha1.PostgresCluster, objects map[string]bool) func(string) bool {
+	return func(line string) bool {
+		var rec struct {
+			Namespace      string `json:"namespace"`
+			Name           string `json:"name"`
+			ControllerKind string `json:"controllerKind"`
+		}
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			return false
+		}
+		return rec.Namespace == c.Namespace && objects[rec.ControllerKind+"/"+rec.Name]
+	}
 }
 
 // secretPatterns are what is redacted whether or not the Secrets could be

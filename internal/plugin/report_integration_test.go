@@ -27,7 +27,7 @@ import (
 func TestReportRedactsEverySecret(t *testing.T) {
 	c, ns := newCluster(t, healthyCluster)
 	ctx := context.Background()
-	const password = "s3cr3t-pass-42"
+	const password, rolePassword = "s3cr3t-pass-42", "r0le-pass-77"
 	key, err := pki.NewCA("leak", 24*time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -47,13 +47,18 @@ func TestReportRedactsEverySecret(t *testing.T) {
 		&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "orders-1.started", Namespace: ns},
 			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "orders-1", Namespace: ns},
 			Reason:         "Started", Type: corev1.EventTypeNormal, Count: 1, LastTimestamp: metav1.Now(), Message: "started"},
+		// A role's password, in a Secret of the user's the cluster's
+		// labels do not mark: the role's spec names it.
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "reader-pw", Namespace: ns},
+			Data: map[string][]byte{"password": []byte(rolePassword)}},
 		&tuskv1alpha1.PostgresRole{ObjectMeta: metav1.ObjectMeta{Name: "orders-reader", Namespace: ns},
-			Spec: tuskv1alpha1.PostgresRoleSpec{Cluster: corev1.LocalObjectReference{Name: c.Name}, Name: "reader"}},
+			Spec: tuskv1alpha1.PostgresRoleSpec{Cluster: corev1.LocalObjectReference{Name: c.Name}, Name: "reader",
+				PasswordSecret: &corev1.LocalObjectReference{Name: "reader-pw"}}},
 		&tuskv1alpha1.PostgresDatabase{ObjectMeta: metav1.ObjectMeta{Name: "other-db", Namespace: ns},
 			Spec: tuskv1alpha1.PostgresDatabaseSpec{Cluster: corev1.LocalObjectReference{Name: "other"}, Name: "elsewhere", Owner: "x"}},
 		&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "orders-reader.refused", Namespace: ns},
 			InvolvedObject: corev1.ObjectReference{Kind: "PostgresRole", Name: "orders-reader", Namespace: ns},
-			Reason:         "ApplyRefused", Type: corev1.EventTypeWarning, Count: 1, LastTimestamp: metav1.Now(), Message: "refused"},
+			Reason:         "ApplyRefused", Type: corev1.EventTypeWarning, Count: 1, LastTimestamp: metav1.Now(), Message: "refused " + rolePassword},
 		&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "other.event", Namespace: ns},
 			// Another cluster's pod, whose name starts like this one's.
 			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "orders-archive-1", Namespace: ns},
@@ -78,7 +83,7 @@ func TestReportRedactsEverySecret(t *testing.T) {
 	expect := map[string][]string{
 		"cluster.yaml": {"kind: PostgresCluster", "currentPrimary: orders-1"},
 		"events.txt":   {"Leaky", "the password is [REDACTED]", "the key [REDACTED]", "Pod/orders-1 Started", "PostgresRole/orders-reader ApplyRefused"},
-		"secrets.txt":  {"orders-app (Opaque): password, username"},
+		"secrets.txt":  {"orders-app (Opaque): password, username", "reader-pw (Opaque): password"},
 		"sql.yaml":     {"kind: PostgresRole", "name: reader"},
 		"README.txt":   {"logs/orders-1: the pod has no container started", "instances/orders-1.status.json: the postgres container is not running"},
 	}
@@ -96,7 +101,7 @@ func TestReportRedactsEverySecret(t *testing.T) {
 		t.Error("events.txt holds an Event about another object")
 	}
 	for name, content := range files {
-		for _, secret := range []string{password, "other-pw-99", "PRIVATE KEY", "c3RvcmVk"} {
+		for _, secret := range []string{password, rolePassword, "other-pw-99", "PRIVATE KEY", "c3RvcmVk"} {
 			if strings.Contains(content, secret) {
 				t.Errorf("%s holds %q", name, secret)
 			}
