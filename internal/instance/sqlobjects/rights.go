@@ -3,6 +3,7 @@ package sqlobjects
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -25,6 +26,14 @@ var serverReachingRoles = map[string]string{
 	"pg_execute_server_program": "runs programs on the server as its OS user",
 	"pg_read_server_files":      "reads any file the server can",
 	"pg_write_server_files":     "writes any file the server can",
+}
+
+// guardedRoles are predefined roles that give no superuser rights but
+// that a cluster without spec.superuserAccess keeps from roles that log in
+// as well, with what they do.
+var guardedRoles = map[string]string{
+	"pg_signal_backend":      "cancels or ends the sessions of every role but superusers, Tusk's replication and monitoring among them",
+	"pg_create_subscription": "creates subscriptions, which connect from the server to any address",
 }
 
 // catalogRole is a role as the rights check sees it.
@@ -62,10 +71,14 @@ func refuseSuperuserRights(c roleCatalog, req instanceapi.RoleRequest) error {
 	if len(path) > 1 {
 		reach = fmt.Sprintf("%s: %s %s", strings.Join(path, " → "), path[len(path)-1], why)
 	}
-	return refuse("role %s would give superuser rights to roles that log in (%s): %s %s; "+
+	what := "superuser rights"
+	if guardedRoles[path[len(path)-1]] != "" {
+		what = "the rights of " + path[len(path)-1]
+	}
+	return refuse("role %s would give %s to roles that log in (%s): %s %s; "+
 		"the cluster's spec.superuserAccess is false, which keeps superuser rights (the server's files and keys) "+
 		"from every role that logs in: drop the attribute or the membership, make those roles NOLOGIN (login: false), "+
-		"or set spec.superuserAccess to true", req.Name, reach, listNames(holders), logVerb(holders))
+		"or set spec.superuserAccess to true", req.Name, what, reach, listNames(holders), logVerb(holders))
 }
 
 // withRequest is the catalog once req applies: its role with the
@@ -92,6 +105,8 @@ func (c roleCatalog) grantsSuperuserRights(name string) string {
 		return "is a superuser"
 	case serverReachingRoles[name] != "":
 		return serverReachingRoles[name]
+	case guardedRoles[name] != "":
+		return guardedRoles[name]
 	case r.createRole && instanceapi.CreateRoleGrantsAnyRole(c.major):
 		return fmt.Sprintf("has CREATEROLE, which on PostgreSQL %d grants itself any role but a superuser, pg_execute_server_program among them", c.major)
 	}
@@ -184,6 +199,33 @@ func (o *Objects) guardSuperuserRights(ctx context.Context, tx pgx.Tx, req insta
 		return err
 	}
 	return refuseSuperuserRights(c, req)
+}
+
+// guardSuperuserSettings refuses, unless the cluster allows superuser
+// rights, a role whose parameters (ALTER ROLE ... SET) name a setting only
+// a superuser may set: the manager sets them as one, and each session of
+// the role would then run with it (session_replication_role = replica
+// skips triggers and foreign keys, log_statement = none hides it from the
+// log, session_preload_libraries loads code at login). The import drops
+// such settings of the source's roles likewise.
+func (o *Objects) guardSuperuserSettings(ctx context.Context, tx pgx.Tx, req instanceapi.RoleRequest) error {
+	if req.Ensure == instanceapi.EnsureAbsent || len(req.Parameters) == 0 || (o.port.SuperuserAccess != nil && o.port.SuperuserAccess()) {
+		return nil
+	}
+	rows, err := tx.Query(ctx, `SELECT name FROM pg_settings WHERE name = ANY($1) AND context = 'superuser' ORDER BY 1`,
+		slices.Sorted(maps.Keys(req.Parameters)))
+	var guarded []string
+	if err == nil {
+		guarded, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		return fmt.Errorf("while reading which settings need a superuser: %w", classifyPostgresError(err))
+	}
+	if len(guarded) == 0 {
+		return nil
+	}
+	return refuse("role %s would set %s, which only a superuser may set, for each of its sessions; the cluster's spec.superuserAccess is false: "+
+		"drop the parameter, or set spec.superuserAccess to true", req.Name, strings.Join(guarded, ", "))
 }
 
 // readRoleCatalog reads every role, its direct memberships and the

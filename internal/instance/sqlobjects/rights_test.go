@@ -28,6 +28,9 @@ func TestRefuseSuperuserRights(t *testing.T) {
 			"pg_read_server_files":      {},
 			"pg_monitor":                {memberOf: []string{"pg_read_all_settings"}},
 			"pg_read_all_settings":      {},
+			"pg_signal_backend":         {},
+			"pg_create_subscription":    {},
+			"subscribers":               {memberOf: []string{"pg_create_subscription"}},
 		}}
 	}
 	cases := []struct {
@@ -52,6 +55,10 @@ func TestRefuseSuperuserRights(t *testing.T) {
 			want: "(team → ops → runners → pg_execute_server_program: pg_execute_server_program runs programs on the server as its OS user): bob logs in"},
 		{name: "CREATEROLE on 15", major: 15, req: instanceapi.RoleRequest{Name: "mallory", Login: true, CreateRole: true},
 			want: "mallory has CREATEROLE, which on PostgreSQL 15 grants itself any role but a superuser"},
+		{name: "pg_signal_backend", major: 15, req: instanceapi.RoleRequest{Name: "mallory", Login: true, InRoles: []string{"pg_signal_backend"}},
+			want: "role mallory would give the rights of pg_signal_backend to roles that log in (mallory → pg_signal_backend: pg_signal_backend cancels or ends the sessions"},
+		{name: "pg_create_subscription through a group", major: 16, req: instanceapi.RoleRequest{Name: "mallory", Login: true, InRoles: []string{"subscribers"}},
+			want: "creates subscriptions, which connect from the server to any address"},
 		{name: "CREATEROLE on 16", major: 16, req: instanceapi.RoleRequest{Name: "mallory", Login: true, CreateRole: true}},
 		{name: "a membership the request revokes", major: 15, req: instanceapi.RoleRequest{Name: "alice", Login: true}},
 		{name: "a login taken away", major: 15, req: instanceapi.RoleRequest{Name: "mallory", InRoles: []string{"dbas"}}},

@@ -55,6 +55,9 @@ func (o *Objects) ApplyRole(ctx context.Context, req instanceapi.RoleRequest) (i
 	if err := o.guardSuperuserRights(ctx, tx, req); err != nil {
 		return instanceapi.ApplyResult{}, err
 	}
+	if err := o.guardSuperuserSettings(ctx, tx, req); err != nil {
+		return instanceapi.ApplyResult{}, err
+	}
 	verifier, err := newVerifierIfNeeded(req, obs)
 	if err != nil {
 		return instanceapi.ApplyResult{}, err
