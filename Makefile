@@ -160,7 +160,7 @@ bench-upgrade: ## Upgrade figures (docs/upgrades.md): each step of an upgrade fr
 		go test -tags integration -run '^$$' -bench Upgrade1GiB -benchtime 1x -timeout 30m ./test/upgrade/
 
 .PHONY: bench-operator
-bench-operator: ## The operator's live heap before and after 2,000 Secrets of 64 KiB that are not Tusk's, and 300 Secrets and 300 ConfigMaps of 900 KiB a tenant labels as Tusk's (it must not grow with them).
+bench-operator: ## The operator's live heap before and after 2,000 Secrets of 64 KiB that are not Tusk's, and 300 Secrets, ConfigMaps, Roles and Services a tenant labels as Tusk's (900 KiB of data or rules, 200 KiB of annotations each; it must not grow with them).
 	go test -tags integration -run '^$$' -bench OperatorMemory -benchtime 1x ./test/operator/
 
 .PHONY: bench-cluster

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -167,5 +168,54 @@ func TestCacheKeepsLittleOfLabelledObjects(t *testing.T) {
 	if string(s.Data[keyCACert]) != payload || len(s.Annotations) != 1 || len(s.ManagedFields) > 0 {
 		t.Errorf("the cache holds the cluster's CA Secret with %d bytes of %s and annotations %d, managedFields %d; want it whole but for managedFields",
 			len(s.Data[keyCACert]), keyCACert, len(s.Annotations), len(s.ManagedFields))
+	}
+}
+
+// TestCacheKeepsLittleOfOtherLabelledKinds: a tenant's Role and Service
+// labelled as Tusk's, stuffed with rules and annotations, are in the
+// operator's cache without them (marked trimmed); the cluster's own
+// Service keeps its spec, without the annotations Tusk does not read.
+func TestCacheKeepsLittleOfOtherLabelledKinds(t *testing.T) {
+	ns := newNamespace(t)
+	c := startCache(t, CacheOptions([]string{ns}))
+	labels := map[string]string{LabelCluster: "pg", "stuffing.example/x": "y"}
+	annotations := map[string]string{"note": strings.Repeat("a", 200<<10)}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stuffing", Labels: labels, Annotations: annotations},
+		Rules: []rbacv1.PolicyRule{{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"pods"}, ResourceNames: []string{strings.Repeat("r", 500<<10)}}}}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stuffing", Labels: labels, Annotations: annotations},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 5432}}}}
+	owner := metav1.OwnerReference{APIVersion: "tusk.dev/v1alpha1", Kind: "PostgresCluster", Name: "pg", UID: "0f1e2d3c", Controller: ptr.To(true)}
+	rw := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pg-rw", Labels: labels, Annotations: annotations,
+		OwnerReferences: []metav1.OwnerReference{owner}}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 5432}}}}
+	for _, o := range []client.Object{role, svc, rw} {
+		create(t, o)
+	}
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		return c.Get(ctx, client.ObjectKeyFromObject(rw), &corev1.Service{})
+	})
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		return c.Get(ctx, client.ObjectKeyFromObject(role), &rbacv1.Role{})
+	})
+
+	r := &rbacv1.Role{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(role), r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Rules) > 0 || len(r.Annotations) != 1 || r.Annotations[annotationTrimmed] == "" || len(r.Labels) != 1 {
+		t.Errorf("the cache holds the tenant's labelled Role with %d rules, annotations %d, labels %v", len(r.Rules), len(r.Annotations), r.Labels)
+	}
+	s := &corev1.Service{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(svc), s); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Spec.Ports) > 0 || len(s.Annotations) != 1 || s.Annotations[annotationTrimmed] == "" {
+		t.Errorf("the cache holds the tenant's labelled Service with ports %v, annotations %d", s.Spec.Ports, len(s.Annotations))
+	}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(rw), s); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Spec.Ports) != 1 || len(s.Annotations) != 0 || len(s.Labels) != 1 {
+		t.Errorf("the cache holds the cluster's Service with ports %v, annotations %d, labels %v; want its spec, none of the others' annotations and labels",
+			s.Spec.Ports, len(s.Annotations), s.Labels)
 	}
 }

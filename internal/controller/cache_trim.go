@@ -2,8 +2,14 @@ package controller
 
 import (
 	"slices"
+	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -127,4 +133,113 @@ func keepValue(m map[string]string, key string) map[string]string {
 		return nil
 	}
 	return map[string]string{key: v}
+}
+
+// The other kinds the cache selects by tusk.dev/cluster (Pods, volume
+// claims, Services, ServiceAccounts, Roles, RoleBindings, budgets,
+// NetworkPolicies, Deployments, Leases) can be labelled by anyone who may
+// create them, with up to 256 KiB of annotations and, for some, specs of a
+// MiB. Of every such object the cache keeps only Tusk's labels and
+// annotations (the operator reads no other, and updates an object with the
+// one it builds, never the cached one); of one no Tusk object controls, it
+// keeps no spec or status either, but for a volume claim's few fields a
+// claim kept by a deleted cluster (reclaimPolicy Retain, no owner left) is
+// adopted by.
+
+// maxKeptAnnotation bounds a Tusk annotation's value kept in the cache:
+// hashes, names and attempt stamps are far shorter.
+const maxKeptAnnotation = 1024
+
+// trimLabelledObjects is the cache transform of those kinds.
+func trimLabelledObjects(in any) (any, error) {
+	o, ok := in.(metav1.Object)
+	if !ok {
+		return in, nil
+	}
+	o.SetManagedFields(nil)
+	o.SetLabels(onlyTusk(o.GetLabels(), maxKeptValue))
+	o.SetAnnotations(onlyTusk(o.GetAnnotations(), maxKeptAnnotation))
+	if controlledByTusk(o) {
+		return in, nil
+	}
+	// Its controller (another's) is kept: an object of a name Tusk needs
+	// that another controls is refused, not taken over.
+	if ref := metav1.GetControllerOfNoCopy(o); ref != nil {
+		o.SetOwnerReferences([]metav1.OwnerReference{*ref})
+	} else {
+		o.SetOwnerReferences(nil)
+	}
+	o.SetFinalizers(nil)
+	if claim, ok := in.(*corev1.PersistentVolumeClaim); ok {
+		keepAdoptableClaim(claim)
+		return in, nil
+	}
+	dropSpecAndStatus(in)
+	a := o.GetAnnotations()
+	if a == nil {
+		a = map[string]string{}
+	}
+	a[annotationTrimmed] = "true"
+	o.SetAnnotations(a)
+	return in, nil
+}
+
+// onlyTusk keeps the tusk.dev/ keys of m whose values are at most limit
+// bytes; nil when none.
+func onlyTusk(m map[string]string, limit int) map[string]string {
+	var out map[string]string
+	for k, v := range m {
+		if strings.HasPrefix(k, "tusk.dev/") && len(v) <= limit {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// controlledByTusk says whether a Tusk object controls o.
+func controlledByTusk(o metav1.Object) bool {
+	ref := metav1.GetControllerOfNoCopy(o)
+	if ref == nil {
+		return false
+	}
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	return err == nil && gv.Group == tuskv1alpha1.GroupVersion.Group
+}
+
+// keepAdoptableClaim keeps of a claim no Tusk object controls what
+// adopting and growing it read: its size, class, volume and status.
+func keepAdoptableClaim(c *corev1.PersistentVolumeClaim) {
+	c.Spec = corev1.PersistentVolumeClaimSpec{
+		AccessModes: c.Spec.AccessModes, StorageClassName: c.Spec.StorageClassName, VolumeName: c.Spec.VolumeName,
+		VolumeMode: c.Spec.VolumeMode, Resources: corev1.VolumeResourceRequirements{Requests: c.Spec.Resources.Requests},
+	}
+	c.Status.Conditions = nil
+}
+
+// dropSpecAndStatus empties what an object of a cached kind holds besides
+// its metadata.
+func dropSpecAndStatus(in any) {
+	switch o := in.(type) {
+	case *corev1.Pod:
+		o.Spec, o.Status = corev1.PodSpec{}, corev1.PodStatus{}
+	case *corev1.Service:
+		o.Spec, o.Status = corev1.ServiceSpec{}, corev1.ServiceStatus{}
+	case *corev1.ServiceAccount:
+		o.Secrets, o.ImagePullSecrets = nil, nil
+	case *rbacv1.Role:
+		o.Rules = nil
+	case *rbacv1.RoleBinding:
+		o.Subjects, o.RoleRef = nil, rbacv1.RoleRef{}
+	case *policyv1.PodDisruptionBudget:
+		o.Spec, o.Status = policyv1.PodDisruptionBudgetSpec{}, policyv1.PodDisruptionBudgetStatus{}
+	case *networkingv1.NetworkPolicy:
+		o.Spec = networkingv1.NetworkPolicySpec{}
+	case *appsv1.Deployment:
+		o.Spec, o.Status = appsv1.DeploymentSpec{}, appsv1.DeploymentStatus{}
+	case *coordinationv1.Lease:
+		o.Spec = coordinationv1.LeaseSpec{}
+	}
 }

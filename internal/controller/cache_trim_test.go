@@ -8,6 +8,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -183,4 +185,69 @@ func stringDataBytes(m map[string]string) int {
 		n += len(k) + len(v)
 	}
 	return n
+}
+
+// TestTrimLabelledObjects: of the other kinds the cache selects by Tusk's
+// label, it keeps only Tusk's labels and annotations; of an object no
+// Tusk object controls, no spec or status either (its controller kept,
+// marked trimmed), but for the fields of a volume claim a deleted cluster
+// kept, which a new cluster of its name adopts.
+func TestTrimLabelledObjects(t *testing.T) {
+	bigSpec := corev1.PodSpec{Containers: []corev1.Container{{Name: "x", Env: []corev1.EnvVar{{Name: "E", Value: strings.Repeat("e", 500<<10)}}}}}
+	rules := []rbacv1.PolicyRule{{Verbs: []string{"get"}, Resources: []string{strings.Repeat("r", 300<<10)}}}
+	tuskMeta := func(name string, owners ...metav1.OwnerReference) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: name, Namespace: "tenant", OwnerReferences: owners,
+			Labels:      map[string]string{tuskv1alpha1.LabelCluster: "pg", LabelInstance: "pg-1"},
+			Annotations: map[string]string{AnnotationHash: "abc", AnnotationKeptFor: "pg"}}
+	}
+	trimmedSpec := func(name string, controller *metav1.OwnerReference) metav1.ObjectMeta {
+		m := tuskMeta(name)
+		m.Annotations[annotationTrimmed] = "true"
+		if controller != nil {
+			m.OwnerReferences = []metav1.OwnerReference{*controller}
+		}
+		return m
+	}
+	size := resource.MustParse("1Gi")
+	class := "local"
+	cases := []struct {
+		name     string
+		in, want any
+	}{
+		{"the cluster's pod: whole but for others' labels and annotations",
+			&corev1.Pod{ObjectMeta: stuffedMeta("pg-1", byCluster), Spec: bigSpec, Status: corev1.PodStatus{PodIP: "10.0.0.1"}},
+			&corev1.Pod{ObjectMeta: func() metav1.ObjectMeta {
+				m := tuskMeta("pg-1", byCluster)
+				m.Finalizers = stuffedMeta("pg-1").Finalizers
+				return m
+			}(), Spec: bigSpec, Status: corev1.PodStatus{PodIP: "10.0.0.1"}}},
+		{"a tenant's labelled pod",
+			&corev1.Pod{ObjectMeta: stuffedMeta("pg-9"), Spec: bigSpec, Status: corev1.PodStatus{PodIP: "10.0.0.9"}},
+			&corev1.Pod{ObjectMeta: trimmedSpec("pg-9", nil)}},
+		{"a labelled role another controls",
+			&rbacv1.Role{ObjectMeta: stuffedMeta("pg-instance", byOther, notOwning), Rules: rules},
+			&rbacv1.Role{ObjectMeta: trimmedSpec("pg-instance", &byOther)}},
+		{"a labelled Service",
+			&corev1.Service{ObjectMeta: stuffedMeta("pg-rw"), Spec: corev1.ServiceSpec{ExternalName: strings.Repeat("n", 200)}},
+			&corev1.Service{ObjectMeta: trimmedSpec("pg-rw", nil)}},
+		{"a claim a deleted cluster kept",
+			&corev1.PersistentVolumeClaim{ObjectMeta: stuffedMeta("pg-1"), Spec: corev1.PersistentVolumeClaimSpec{
+				StorageClassName: &class, VolumeName: "pv-1", Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"x": strings.Repeat("y", 60)}}},
+				Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}},
+			&corev1.PersistentVolumeClaim{ObjectMeta: tuskMeta("pg-1"), Spec: corev1.PersistentVolumeClaimSpec{
+				StorageClassName: &class, VolumeName: "pv-1", Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}}},
+				Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := trimLabelledObjects(tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("trimmed to\n%+v\nwant\n%+v", got, tc.want)
+			}
+		})
+	}
 }

@@ -77,7 +77,7 @@ func CacheOptions(namespaces []string) cache.Options {
 		// Every node renews a Lease of its own every few seconds.
 		&coordinationv1.Lease{},
 	} {
-		byObject[o] = cache.ByObject{Label: ours}
+		byObject[o] = cache.ByObject{Label: ours, Transform: trimLabelledObjects}
 	}
 	// Anyone may label a Secret or ConfigMap, of a MiB each: of those Tusk
 	// did not make the cache keeps little (trimSecretsAndConfigMaps).
