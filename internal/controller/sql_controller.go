@@ -244,6 +244,8 @@ func (r *SQLReconciler) apply(ctx context.Context, c *tuskv1alpha1.PostgresClust
 		return sqlApply{result: res, reason: tuskv1alpha1.ReasonApplied, message: appliedMessage(pod.Name, res), retry: sqlResync}
 	case code == http.StatusUnprocessableEntity:
 		return sqlApply{reason: tuskv1alpha1.ReasonApplyRefused, message: apiErr.message(), retry: sqlRetryRefused}
+	case code == http.StatusLocked:
+		return sqlApply{reason: tuskv1alpha1.ReasonApplyBusy, message: fmt.Sprintf("the primary %s is busy, Tusk tries again: %s", pod.Name, apiErr.message()), retry: sqlWaitPrimary}
 	case code == http.StatusConflict || code == http.StatusServiceUnavailable || code == 0:
 		return sqlApply{reason: tuskv1alpha1.ReasonWaitingForPrimary, message: fmt.Sprintf("waiting for the primary %s: %s", pod.Name, errMessage(err, apiErr)), retry: sqlWaitPrimary}
 	default:
