@@ -26,12 +26,34 @@ import (
 // client the operator builds for that cluster, and the pod it calls.
 func hungInstanceManager(t *testing.T) (*instanceClient, *corev1.Pod) {
 	t.Helper()
+	const serverName = "hung-rw.default.svc"
+	caData, addr := startHungManager(t, "127.0.0.1:0", serverName)
+	ic, err := newInstanceClient(caData, serverName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ic.port, err = strconv.Atoi(port); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hung-1"}, Status: corev1.PodStatus{PodIP: host}}
+	return ic, pod
+}
+
+// startHungManager serves, at addr, HTTPS with a server certificate for
+// serverName from a new CA, requiring a client certificate from it, and
+// never answers a request. It returns the CA Secret's data the operator
+// would have (the CA and the operator's certificate), and the address.
+func startHungManager(t *testing.T, addr, serverName string) (caData map[string][]byte, listening string) {
+	t.Helper()
 	now := time.Now()
 	ca, err := pki.NewCA("hung-ca", time.Hour, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const serverName = "hung-rw.default.svc"
 	server, err := pki.IssueServer(ca, serverName, []string{serverName}, nil, time.Hour, now)
 	if err != nil {
 		t.Fatal(err)
@@ -46,27 +68,20 @@ func hungInstanceManager(t *testing.T) (*instanceClient, *corev1.Pod) {
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca.CertPEM)
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
 	release := make(chan struct{})
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-release }))
+	_ = srv.Listener.Close()
+	srv.Listener = l
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert,
 		MinVersion: tls.VersionTLS12}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(release) }) // runs first: the handlers return, Close does not wait on them
-
-	ic, err := newInstanceClient(map[string][]byte{keyCACert: ca.CertPEM, keyOperatorCert: operator.CertPEM, keyOperatorKey: operator.KeyPEM}, serverName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	host, port, err := net.SplitHostPort(srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ic.port, err = strconv.Atoi(port); err != nil {
-		t.Fatal(err)
-	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hung-1"}, Status: corev1.PodStatus{PodIP: host}}
-	return ic, pod
+	return map[string][]byte{keyCACert: ca.CertPEM, keyOperatorCert: operator.CertPEM, keyOperatorKey: operator.KeyPEM}, l.Addr().String()
 }
 
 // TestHungInstanceManagerDoesNotHoldAPass: every call the operator makes
