@@ -34,8 +34,9 @@ const (
 	// primary was asked to switch WAL for it: it completes within seconds.
 	walSwitchFollowUp = 2 * time.Second
 	// backupTurnRetry is when a backup whose cluster's turn was taken is
-	// looked at again.
-	backupTurnRetry = time.Second
+	// looked at again: as often as a running backup, so that many backups
+	// of a cluster whose passes are slow cost little while they wait.
+	backupTurnRetry = backupPoll
 )
 
 // BackupReconciler takes the base backups PostgresBackups ask for: it
