@@ -19,15 +19,16 @@ import (
 const (
 	// commandTimeout bounds a command the manager answers within seconds:
 	// fence, unfence, follow, reconnect, checkpoint, WAL switch, the
-	// backups' calls, ending sessions, abandoning an import.
+	// backups' calls, ending sessions, an import's cutover (which answers
+	// once started) and abandoning an import.
 	commandTimeout = 30 * time.Second
 	// configTimeout bounds a configuration push: the manager waits up to
 	// its --reload-timeout (20s by default) for postgres to load it, after
 	// any operation queued before it.
 	configTimeout = 45 * time.Second
 	// longCommandTimeout bounds what stops or starts postgres, or waits
-	// for WAL or the Lease: promote, demote, step-down, restart, the
-	// import's cutover and the upgrade's pre-checks. Generous, finite.
+	// for WAL or the Lease: promote, demote, step-down, restart, and the
+	// upgrade's pre-checks (catalog queries). Generous, finite.
 	longCommandTimeout = 5 * time.Minute
 )
 
@@ -43,7 +44,7 @@ func callTimeout(path string) time.Duration {
 	}
 	switch path {
 	case instanceapi.PathPromote, instanceapi.PathDemote, instanceapi.PathStepDown, instanceapi.PathRestart,
-		instanceapi.PathImportCutover, instanceapi.PathUpgradePrecheck:
+		instanceapi.PathUpgradePrecheck:
 		return longCommandTimeout
 	}
 	return commandTimeout
