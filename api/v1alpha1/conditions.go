@@ -157,6 +157,10 @@ const (
 	// stands (a dependency missing, a drop that would lose objects...);
 	// the message says why. Tusk retries, as the world may change.
 	ReasonApplyRefused = "ApplyRefused"
+	// ReasonApplyBusy: another session on the primary held the lock of
+	// the applies for longer than an apply waits (the message names it);
+	// Tusk tries again.
+	ReasonApplyBusy = "ApplyBusy"
 	// ReasonApplyFailed: applying failed for another reason.
 	ReasonApplyFailed = "ApplyFailed"
 	// ReasonNameConflict: an older object of the same kind already manages

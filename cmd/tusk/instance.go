@@ -209,6 +209,8 @@ func newInstanceRunCommand() *cobra.Command {
 		"replicas then authenticate with it instead of a password (needs --tls-dir)")
 	fl.StringVar(&o.TLS.APIClientCN, "api-client-cn", instanceapi.DefaultAPIClientCN, "common name of the client certificate allowed to read /status and send commands")
 	fl.DurationVar(&o.SecretsPollInterval, "secrets-poll-interval", instance.DefaultSecretsPollInterval, "how often the mounted certificate and password files are checked for changes")
+	fl.DurationVar(&o.ReloadTimeout, "reload-timeout", instance.DefaultReloadTimeout,
+		"how long a configuration change waits for postgres to load it after SIGHUP before it answers with an error")
 	fl.StringVar(&f.configFile, "config-file", "", "JSON file with the initial configuration (parameters, synchronousStandbyNames)")
 	fl.DurationVar(&o.Timeouts.Smart, "smart-shutdown-timeout", o.Timeouts.Smart, "how long a replica's sessions may finish on shutdown before fast mode (a primary stops fast at once)")
 	fl.DurationVar(&o.Timeouts.Fast, "fast-shutdown-timeout", o.Timeouts.Fast, "how long a fast shutdown may take before immediate mode")

@@ -126,3 +126,27 @@ func TestExitCodeIsPsqlsUnderThePlugin(t *testing.T) {
 		t.Errorf("exitCode of another error = %d, want 1", got)
 	}
 }
+
+// TestWaitsAreBoundedByDefault: the operator runs several workers per kind
+// and bounds each pass, and the instance manager bounds a reload, unless
+// told otherwise: a stuck instance must not stall every namespace.
+func TestWaitsAreBoundedByDefault(t *testing.T) {
+	operator := newOperatorCommand()
+	run := newInstanceRunCommand()
+	for _, f := range []struct {
+		command, flag, want string
+	}{
+		{"operator", "max-concurrent-reconciles", "8"},
+		{"operator", "reconcile-timeout", "10m0s"},
+		{"instance run", "reload-timeout", "20s"},
+	} {
+		flags := operator.Flags()
+		if f.command == "instance run" {
+			flags = run.Flags()
+		}
+		got := flags.Lookup(f.flag)
+		if got == nil || got.DefValue != f.want {
+			t.Errorf("tusk %s --%s: %+v, want default %s", f.command, f.flag, got, f.want)
+		}
+	}
+}

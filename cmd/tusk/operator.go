@@ -47,6 +47,8 @@ func newOperatorCommand() *cobra.Command {
 		"reconcile only the clusters of these namespaces (comma-separated; every namespace when empty): the operator then needs rights in these namespaces only")
 	f.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 8,
 		"how many objects of one kind are reconciled at once (one object never twice): a cluster whose instances do not answer must not hold up the others")
+	f.DurationVar(&opts.ReconcileTimeout, "reconcile-timeout", 10*time.Minute,
+		"bound on each pass of a controller (each call to an instance manager has its own, shorter one): a pass that reaches it ends and the object is retried")
 	f.DurationVar(&opts.GracefulShutdownTimeout, "graceful-shutdown-timeout", 30*time.Second, "how long running reconciles may take to finish on shutdown")
 	f.StringVar(&opts.Controllers.OperatorNamespace, "operator-namespace", os.Getenv("POD_NAMESPACE"),
 		"the operator's own namespace (POD_NAMESPACE), whose operator pods the clusters' NetworkPolicies admit to the instance managers; any namespace when empty")

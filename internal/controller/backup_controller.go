@@ -17,7 +17,6 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -34,6 +33,10 @@ const (
 	// walSwitchFollowUp is when a backup is looked at again after the
 	// primary was asked to switch WAL for it: it completes within seconds.
 	walSwitchFollowUp = 2 * time.Second
+	// backupTurnRetry is when a backup whose cluster's turn was taken is
+	// looked at again: as often as a running backup, so that many backups
+	// of a cluster whose passes are slow cost little while they wait.
+	backupTurnRetry = backupPoll
 )
 
 // BackupReconciler takes the base backups PostgresBackups ask for: it
@@ -52,6 +55,40 @@ type BackupReconciler struct {
 	// walSwitchAsked is when the primary was last asked to switch WAL for
 	// a running backup, by backup (see walSwitchTarget).
 	walSwitchAsked map[types.NamespacedName]time.Time
+	// turns lets one pass per cluster run at a time.
+	turns clusterTurns
+}
+
+// clusterTurns lets one pass per cluster run at a time: "one base backup
+// of a cluster at a time" is a check (otherRunning) then an act
+// (startOn, markStarted) on two backups of the same cluster, which two
+// workers could otherwise interleave. A pass that finds its cluster's
+// turn taken does not wait for it: a cluster with many backups, whose
+// instance managers do not answer, holds one worker, not all.
+type clusterTurns struct {
+	mu   sync.Mutex
+	busy map[types.NamespacedName]bool
+}
+
+// take takes cluster's turn, and says whether it was free.
+func (t *clusterTurns) take(cluster types.NamespacedName) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.busy[cluster] {
+		return false
+	}
+	if t.busy == nil {
+		t.busy = map[types.NamespacedName]bool{}
+	}
+	t.busy[cluster] = true
+	return true
+}
+
+// give gives cluster's turn back.
+func (t *clusterTurns) give(cluster types.NamespacedName) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.busy, cluster)
 }
 
 // startedBackup is a backup this operator asked an instance to take.
@@ -77,6 +114,10 @@ func (r *BackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if backupEnded(b) {
 		return ctrl.Result{}, nil
 	}
+	if !r.turns.take(clusterOfBackup(b)) {
+		return ctrl.Result{RequeueAfter: backupTurnRetry}, nil
+	}
+	defer r.turns.give(clusterOfBackup(b))
 	original := b.DeepCopy()
 	result, err := r.reconcileBackup(ctx, b)
 	if backupEnded(b) {
@@ -436,16 +477,12 @@ func (r *BackupReconciler) backupsOfCluster(ctx context.Context, o client.Object
 	return requests
 }
 
-// SetupWithManager registers the reconciler with mgr. It has one worker
-// whatever the manager's default: "one base backup of a cluster at a
-// time" is a check (otherRunning) then an act (startOn, markStarted) on
-// two backups of the same cluster, which two workers could interleave.
-// Its passes are short calls to an instance manager.
+// SetupWithManager registers the reconciler with mgr, with the manager's
+// workers: one pass per cluster at a time (clusterTurns).
 func (r *BackupReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tuskv1alpha1.PostgresBackup{}).
 		Watches(&tuskv1alpha1.PostgresCluster{}, handler.EnqueueRequestsFromMapFunc(r.backupsOfCluster)).
 		Named("postgresbackup").
-		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(r)
 }

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 	"tusk.dev/tusk/internal/instanceapi"
@@ -277,5 +278,39 @@ func TestWALSwitchTarget(t *testing.T) {
 		if got := walSwitchTarget(tt.rep, tt.primary, tt.v, tt.lastAsked, now); got != tt.want {
 			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestClusterTurnsLetOnePassPerCluster: a cluster's turn, taken, is
+// refused to a second pass of the same cluster (which does not wait) and
+// not to another cluster's; given back, it can be taken again, and
+// nothing is kept of a cluster with no pass running.
+func TestClusterTurnsLetOnePassPerCluster(t *testing.T) {
+	var turns clusterTurns
+	a, b := types.NamespacedName{Namespace: "ns", Name: "a"}, types.NamespacedName{Namespace: "other", Name: "a"}
+	steps := []struct {
+		take bool // take, else give
+		key  types.NamespacedName
+		want bool
+	}{
+		{true, a, true},
+		{true, a, false},
+		{true, b, true},
+		{false, a, false},
+		{true, a, true},
+		{false, a, false},
+		{false, b, false},
+	}
+	for i, s := range steps {
+		if !s.take {
+			turns.give(s.key)
+			continue
+		}
+		if got := turns.take(s.key); got != s.want {
+			t.Errorf("step %d: take(%s) = %v, want %v", i, s.key, got, s.want)
+		}
+	}
+	if len(turns.busy) != 0 {
+		t.Errorf("turns kept %v after every pass ended", turns.busy)
 	}
 }

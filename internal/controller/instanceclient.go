@@ -28,6 +28,10 @@ import (
 type instanceClient struct {
 	http       *http.Client
 	serverName string
+	// port is the managers' port: instanceapi.DefaultStatusPort.
+	port int
+	// timeout is each call's deadline: callTimeout.
+	timeout func(path string) time.Duration
 }
 
 // instanceClients caches one client per cluster, rebuilt when the cluster's
@@ -91,7 +95,8 @@ func newInstanceClient(data map[string][]byte, serverName string) (*instanceClie
 		MaxIdleConnsPerHost: 2,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	return &instanceClient{http: &http.Client{Transport: transport}, serverName: serverName}, nil
+	return &instanceClient{http: &http.Client{Transport: transport}, serverName: serverName,
+		port: instanceapi.DefaultStatusPort, timeout: callTimeout}, nil
 }
 
 // status asks the pod's instance manager for its report.
@@ -103,11 +108,23 @@ func (ic *instanceClient) status(ctx context.Context, pod *corev1.Pod) (instance
 
 // call sends one request to the pod's instance manager and decodes the
 // JSON answer into out; an answer other than 2xx is an *instanceAPIError
-// quoting it.
-func (ic *instanceClient) call(ctx context.Context, pod *corev1.Pod, method, path string, body, out any) error {
+// quoting it. The call ends by callTimeout(path) at the latest.
+func (ic *instanceClient) call(parent context.Context, pod *corev1.Pod, method, path string, body, out any) error {
 	if pod.Status.PodIP == "" {
 		return fmt.Errorf("pod %s has no IP yet", pod.Name)
 	}
+	bound := ic.timeout(path)
+	ctx, cancel := context.WithTimeout(parent, bound)
+	defer cancel()
+	err := ic.send(ctx, pod, method, path, body, out)
+	if err != nil && ctx.Err() != nil && parent.Err() == nil {
+		return fmt.Errorf("%s %s on %s did not answer within %s: %w", method, path, pod.Name, bound, err)
+	}
+	return err
+}
+
+// send is call without its deadline.
+func (ic *instanceClient) send(ctx context.Context, pod *corev1.Pod, method, path string, body, out any) error {
 	var reader io.Reader
 	if body != nil {
 		data, err := json.Marshal(body)
@@ -116,7 +133,7 @@ func (ic *instanceClient) call(ctx context.Context, pod *corev1.Pod, method, pat
 		}
 		reader = bytes.NewReader(data)
 	}
-	url := "https://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(instanceapi.DefaultStatusPort)) + path
+	url := "https://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(ic.port)) + path
 	req, err := http.NewRequestWithContext(ctx, method, url, reader)
 	if err != nil {
 		return err

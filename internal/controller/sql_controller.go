@@ -238,14 +238,23 @@ func (r *SQLReconciler) apply(ctx context.Context, c *tuskv1alpha1.PostgresClust
 	defer cancel()
 	var res instanceapi.ApplyResult
 	err = ic.call(callCtx, pod, http.MethodPut, r.kind.path, body, &res)
+	return applyOutcome(pod.Name, res, err)
+}
+
+// applyOutcome is what the primary's answer to an apply (res, or err)
+// means for the object: a refusal is told and retried slowly, a primary
+// busy or not writable is waited for, anything else failed.
+func applyOutcome(pod string, res instanceapi.ApplyResult, err error) sqlApply {
 	code, apiErr := apiErrorCode(err)
 	switch {
 	case err == nil:
-		return sqlApply{result: res, reason: tuskv1alpha1.ReasonApplied, message: appliedMessage(pod.Name, res), retry: sqlResync}
+		return sqlApply{result: res, reason: tuskv1alpha1.ReasonApplied, message: appliedMessage(pod, res), retry: sqlResync}
 	case code == http.StatusUnprocessableEntity:
 		return sqlApply{reason: tuskv1alpha1.ReasonApplyRefused, message: apiErr.message(), retry: sqlRetryRefused}
+	case code == http.StatusLocked:
+		return sqlApply{reason: tuskv1alpha1.ReasonApplyBusy, message: fmt.Sprintf("the primary %s is busy, Tusk tries again: %s", pod, apiErr.message()), retry: sqlWaitPrimary}
 	case code == http.StatusConflict || code == http.StatusServiceUnavailable || code == 0:
-		return sqlApply{reason: tuskv1alpha1.ReasonWaitingForPrimary, message: fmt.Sprintf("waiting for the primary %s: %s", pod.Name, errMessage(err, apiErr)), retry: sqlWaitPrimary}
+		return sqlApply{reason: tuskv1alpha1.ReasonWaitingForPrimary, message: fmt.Sprintf("waiting for the primary %s: %s", pod, errMessage(err, apiErr)), retry: sqlWaitPrimary}
 	default:
 		return sqlApply{reason: tuskv1alpha1.ReasonApplyFailed, message: errMessage(err, apiErr), retry: sqlRetryRefused}
 	}

@@ -26,6 +26,10 @@ var env *testenv.Env
 // after the other.
 var restartNamespace = fmt.Sprintf("ctrl-restart-%d", time.Now().UnixNano()%1e6)
 
+// workersNamespace is the other: TestStuckClusterDoesNotDelayOtherBackups
+// runs a backup reconciler of its own there, with the operator's workers.
+var workersNamespace = fmt.Sprintf("ctrl-workers-%d", time.Now().UnixNano()%1e6)
+
 // TestMain runs the reconcilers in a manager against a real API server for
 // the whole package, as the operator does.
 func TestMain(m *testing.M) {
@@ -45,7 +49,8 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	cache := CacheOptions(nil)
-	cache.DefaultFieldSelector = fields.OneTermNotEqualSelector("metadata.namespace", restartNamespace)
+	cache.DefaultFieldSelector = fields.AndSelectors(fields.OneTermNotEqualSelector("metadata.namespace", restartNamespace),
+		fields.OneTermNotEqualSelector("metadata.namespace", workersNamespace))
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:  s,
 		Cache:   cache,

@@ -74,6 +74,9 @@ type Options struct {
 	// SecretsPollInterval is how often the mounted certificate and password
 	// files are checked for changes; 0 means DefaultSecretsPollInterval.
 	SecretsPollInterval time.Duration
+	// ReloadTimeout bounds how long a reload waits for postgres to load
+	// its configuration after SIGHUP; 0 means DefaultReloadTimeout.
+	ReloadTimeout time.Duration
 	// Config is the initial PostgreSQL configuration.
 	Config instanceapi.Config
 	// Timeouts bound each shutdown mode.
@@ -126,6 +129,13 @@ type SecretFiles struct {
 // DefaultSecretsPollInterval is how often mounted Secrets are checked. The
 // kubelet itself takes up to a minute or so to update them.
 const DefaultSecretsPollInterval = 15 * time.Second
+
+// DefaultReloadTimeout is how long a reload waits for postgres to load
+// its configuration: a postgres that takes no SIGHUP (an image that
+// ignores it, a hung postmaster) must not hold the manager's operations,
+// and the operator's call, forever. PostgreSQL loads it within
+// milliseconds.
+const DefaultReloadTimeout = 20 * time.Second
 
 // Backoff is an exponential backoff between Min and Max.
 type Backoff struct {

@@ -1,6 +1,7 @@
 package instance
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"syscall"
@@ -104,34 +105,51 @@ func (m *Manager) stopPostgresWithin(mode supervisor.ShutdownMode, timeouts supe
 
 // reload makes postgres re-read its configuration, and waits until it has:
 // a new session's pg_conf_load_time() moves past the one before the reload.
+// The wait is bounded (ReloadTimeout): past it, the error says postgres did
+// not load the configuration, which is on disk and applies at its next
+// start.
 func (m *Manager) reload(ctx context.Context) (instanceapi.ConfigResult, error) {
 	var res instanceapi.ConfigResult
 	if !m.running() {
 		return res, nil // the new files apply at the next start
 	}
-	before, err := m.confLoadTime(ctx)
-	if err != nil {
+	bound := cmp.Or(m.opts.ReloadTimeout, DefaultReloadTimeout)
+	waitCtx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	if err := m.reloadAndWait(waitCtx); err != nil {
+		if waitCtx.Err() != nil && ctx.Err() == nil {
+			return res, fmt.Errorf("postgres did not load its new configuration within %s of SIGHUP (an image whose postgres ignores SIGHUP, "+
+				"or a hung postmaster); the configuration is written and applies when postgres restarts: %w", bound, err)
+		}
 		return res, err
 	}
+	res.Reloaded = true
+	return res, m.readSettingsState(ctx, &res)
+}
+
+// reloadAndWait sends SIGHUP and waits until pg_conf_load_time() moves.
+func (m *Manager) reloadAndWait(ctx context.Context) error {
+	before, err := m.confLoadTime(ctx)
+	if err != nil {
+		return err
+	}
 	if err := m.signalReload(); err != nil {
-		return res, err
+		return err
 	}
 	for {
 		loaded, err := m.confLoadTime(ctx)
 		if err != nil {
-			return res, err
+			return err
 		}
 		if loaded.After(before) {
-			break
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return res, ctx.Err()
+			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	res.Reloaded = true
-	return res, m.readSettingsState(ctx, &res)
 }
 
 // signalReload asks a running postgres to re-read its configuration,

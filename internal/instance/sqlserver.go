@@ -41,6 +41,8 @@ func applyStatus(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, errPostgresDown):
 		return http.StatusServiceUnavailable
+	case errors.Is(err, sqlobjects.ErrBusy):
+		return http.StatusLocked
 	}
 	if sqlobjects.IsRefusal(err) {
 		return http.StatusUnprocessableEntity

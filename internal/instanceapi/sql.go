@@ -16,6 +16,9 @@ package instanceapi
 //     database with connections and no force, an extension whose files
 //     the image lacks, a dependency missing such as an owner role). The
 //     error says why, for a condition; nothing was changed.
+//   - 423 Locked: another session held the lock of the applies for
+//     longer than the apply waits (a few seconds); the error names it.
+//     Nothing was changed; the operator tries again.
 //   - 503 Service Unavailable: postgres is not accepting connections yet.
 //   - 400 Bad Request: the body does not decode.
 const (

@@ -45,6 +45,10 @@ type Options struct {
 	// cut-off pod): with one worker, every other cluster's failover would
 	// queue behind it.
 	MaxConcurrentReconciles int
+	// ReconcileTimeout bounds each pass of every controller (0: none): a
+	// backstop beside each call's own deadline to an instance manager, so
+	// that a pass over a cluster whose managers all stall frees its worker.
+	ReconcileTimeout time.Duration
 	// WatchNamespaces limit the operator to the clusters of these
 	// namespaces (and what it reads and caches to them); every namespace
 	// when empty.
@@ -105,7 +109,8 @@ func newManager(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manag
 		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		GracefulShutdownTimeout:       &shutdown,
-		Controller:                    config.Controller{MaxConcurrentReconciles: opts.MaxConcurrentReconciles},
+		Controller: config.Controller{MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
+			ReconciliationTimeout: opts.ReconcileTimeout},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("while creating the controller manager: %w", err)

@@ -125,3 +125,23 @@ func TestOperatorLifecycle(t *testing.T) {
 		t.Errorf("lease still held by %q after shutdown; a standby would wait for it to expire", *h)
 	}
 }
+
+// TestEveryControllerGetsTheWorkersAndTheBound: the operator's workers and
+// its bound on a pass are the manager's defaults, which every controller
+// takes (the clusters', the SQL objects', the schedules', the backups')
+// since none sets its own.
+func TestEveryControllerGetsTheWorkersAndTheBound(t *testing.T) {
+	env, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = env.Stop() }()
+	mgr, err := newManager(t.Context(), env.Config, Options{MetricsAddr: "0", ProbeAddr: "0", MaxConcurrentReconciles: 8, ReconcileTimeout: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := mgr.GetControllerOptions()
+	if got.MaxConcurrentReconciles != 8 || got.ReconciliationTimeout != 10*time.Minute {
+		t.Errorf("the controllers' defaults are %d workers and a %s bound, want 8 and 10m", got.MaxConcurrentReconciles, got.ReconciliationTimeout)
+	}
+}

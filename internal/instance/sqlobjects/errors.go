@@ -11,12 +11,15 @@ import (
 
 // The errors of an apply, which the manager's HTTP routes map to a
 // status (see instanceapi's PathSQLRoles): ErrNotWritable 409, a refusal
-// (IsRefusal) 422, ErrPostgresDown 503. Other errors are 500.
+// (IsRefusal) 422, ErrBusy 423, ErrPostgresDown 503. Other errors are
+// 500.
 var (
 	// ErrNotWritable: this instance is not a writable primary.
 	ErrNotWritable = errors.New("this instance is not a writable primary")
 	// ErrPostgresDown: postgres does not accept connections yet.
 	ErrPostgresDown = errors.New("postgres is not accepting connections")
+	// ErrBusy: another session holds the apply lock; try again later.
+	ErrBusy = errors.New("another session holds the lock of the SQL applies")
 )
 
 // refusal is a request refused as it stands; nothing was changed.

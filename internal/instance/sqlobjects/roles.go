@@ -16,11 +16,6 @@ import (
 	"tusk.dev/tusk/internal/instanceapi"
 )
 
-// sqlApplyLock is the advisory lock key (transaction scoped) that makes
-// the declarative applies of this instance run one at a time: each
-// observes the catalogs and changes them as one step.
-const sqlApplyLock = 0x7475736b // "tusk"
-
 // ApplyRole makes the role req names match it (PUT /v1/sql/roles): it
 // reads the role from the catalogs, refuses to give superuser rights to a
 // role that logs in unless the cluster allows them (guardSuperuserRights),
@@ -45,8 +40,8 @@ func (o *Objects) ApplyRole(ctx context.Context, req instanceapi.RoleRequest) (i
 		return instanceapi.ApplyResult{}, fmt.Errorf("while starting the role's transaction: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(sqlApplyLock)); err != nil {
-		return instanceapi.ApplyResult{}, fmt.Errorf("while waiting for other applies: %w", err)
+	if err := takeApplyLock(ctx, tx); err != nil {
+		return instanceapi.ApplyResult{}, err
 	}
 	obs, err := observeRole(ctx, tx, req)
 	if err != nil {
