@@ -420,10 +420,10 @@ func (m *Manager) importDatabase(ctx context.Context, local *pgx.Conn, db source
 		return err
 	}
 	owner := targetDatabaseOwner(db, appDatabase, appOwner)
-	foreign := foreignOwners(objs.owners, restore.carried)
-	if len(foreign) > 0 {
-		m.log.Info("The import gives the database's owner every object of a database where roles it does not carry own some",
-			"database", db.name, "owner", owner, "notCarried", foreign)
+	notKept := ownersNotKept(objs, restore.carried)
+	if len(notKept) > 0 {
+		m.log.Info("The import gives the database's owner every object of a database where it cannot give some their owners",
+			"database", db.name, "owner", owner, "ownersNotKept", notKept)
 	}
 	dumpEnv, restoreEnv := m.importToolEnvs(db.name, password, restore)
 	// Subscriptions would connect out of the new cluster on their own,
@@ -435,7 +435,7 @@ func (m *Manager) importDatabase(ctx context.Context, local *pgx.Conn, db source
 		// tables, which only a superuser may create).
 		dump = append(dump, "--schema-only", "--no-publications")
 	}
-	if err := m.pipeTools(ctx, dumpEnv, dump, restoreEnv, restoreArgs(db.name, len(foreign) == 0)); err != nil {
+	if err := m.pipeTools(ctx, dumpEnv, dump, restoreEnv, restoreArgs(db.name, len(notKept) == 0)); err != nil {
 		return fmt.Errorf("while copying the database %s: %w", db.name, err)
 	}
 	if !logical {

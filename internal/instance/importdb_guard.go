@@ -57,7 +57,7 @@ func createRestoreRole(ctx context.Context, local *pgx.Conn, owners []string) (*
 // the source's that runs while rows load acts with their rights, never a
 // superuser's: so not with a CREATEROLE role's either, which before
 // PostgreSQL 16 may grant itself the server's files and programs. Objects
-// such a role owns go to the database's owner (foreignOwners).
+// such a role owns go to the database's owner (ownersNotKept).
 func restoreRoleMembers(src *importSource, created []string, appOwner string) []string {
 	createRole := map[string]bool{}
 	for _, r := range src.roles {
@@ -96,8 +96,9 @@ type sourceDatabaseObjects struct {
 	// wholePublications publish every table, or every table of a schema:
 	// only a superuser may create them.
 	wholePublications []string
-	// owners are the roles owning what pg_dump copies.
-	owners []string
+	// owners are the roles owning what pg_dump copies; schemaGuests those
+	// of them owning objects in a schema by a grant (sourceOwnersQuery).
+	owners, schemaGuests []string
 }
 
 // firstNormalObjectID is PostgreSQL's FirstNormalObjectId: objects below it
@@ -109,32 +110,45 @@ const firstNormalObjectID = 16384
 const pgDatabaseOwnerID = 6171
 
 // ownedCatalogs are the catalogs of the objects pg_dump copies with an
-// owner, their owner columns, and which of their rows are such objects
-// (besides being the database's own, not initdb's nor an extension's): a
-// table's indexes, TOAST table, row type and array type follow it.
-var ownedCatalogs = []struct{ catalog, owner, which string }{
-	{"pg_namespace", "nspowner", "o.nspname !~ '^pg_'"},
-	{"pg_class", "relowner", "o.relkind IN ('r', 'p', 'v', 'm', 'S', 'f') AND o.relpersistence <> 't'"},
-	{"pg_proc", "proowner", ""}, {"pg_type", "typowner", "o.typtype IN ('b', 'd', 'e', 'r') AND o.typcategory <> 'A'"},
-	{"pg_operator", "oprowner", ""}, {"pg_opclass", "opcowner", ""}, {"pg_opfamily", "opfowner", ""},
-	{"pg_collation", "collowner", ""}, {"pg_conversion", "conowner", ""}, {"pg_ts_dict", "dictowner", ""},
-	{"pg_ts_config", "cfgowner", ""}, {"pg_statistic_ext", "stxowner", ""}, {"pg_language", "lanowner", ""},
-	{"pg_foreign_data_wrapper", "fdwowner", ""}, {"pg_foreign_server", "srvowner", ""},
-	{"pg_publication", "pubowner", ""}, {"pg_largeobject_metadata", "lomowner", ""},
+// owner, their owner and schema columns, and which of their rows are such
+// objects (besides being the database's own, not initdb's nor an
+// extension's): a table's indexes, TOAST table, row type and array type
+// follow it.
+var ownedCatalogs = []struct{ catalog, owner, schema, which string }{
+	{"pg_namespace", "nspowner", "", "o.nspname !~ '^pg_'"},
+	{"pg_class", "relowner", "relnamespace", "o.relkind IN ('r', 'p', 'v', 'm', 'S', 'f') AND o.relpersistence <> 't'"},
+	{"pg_proc", "proowner", "pronamespace", ""},
+	{"pg_type", "typowner", "typnamespace", "o.typtype IN ('b', 'd', 'e', 'r') AND o.typcategory <> 'A'"},
+	{"pg_operator", "oprowner", "oprnamespace", ""}, {"pg_opclass", "opcowner", "opcnamespace", ""},
+	{"pg_opfamily", "opfowner", "opfnamespace", ""}, {"pg_collation", "collowner", "collnamespace", ""},
+	{"pg_conversion", "conowner", "connamespace", ""}, {"pg_ts_dict", "dictowner", "dictnamespace", ""},
+	{"pg_ts_config", "cfgowner", "cfgnamespace", ""}, {"pg_statistic_ext", "stxowner", "stxnamespace", ""},
+	{"pg_language", "lanowner", "", ""}, {"pg_foreign_data_wrapper", "fdwowner", "", ""},
+	{"pg_foreign_server", "srvowner", "", ""}, {"pg_publication", "pubowner", "", ""},
+	{"pg_largeobject_metadata", "lomowner", "", ""},
 }
 
 // sourceOwnersQuery lists the owners of a source database's objects that
 // pg_dump copies with their owner, and of the public schema when pg_dump
-// names its owner (any but pg_database_owner).
-func sourceOwnersQuery() string {
+// names its owner (any but pg_database_owner). With guests, only those
+// owning an object in a schema whose owner's rights they lack: they create
+// there by a grant, and pg_restore gives an object its owner before it
+// restores any grant, which only a superuser may then do.
+func sourceOwnersQuery(guests bool) string {
 	parts := make([]string, 0, len(ownedCatalogs))
 	for _, c := range ownedCatalogs {
+		if guests && c.schema == "" {
+			continue
+		}
 		own := fmt.Sprintf("o.oid >= %d", firstNormalObjectID)
 		if c.catalog == "pg_namespace" {
 			own = fmt.Sprintf("(%s OR (o.nspname = 'public' AND o.nspowner <> %d))", own, pgDatabaseOwnerID)
 		}
 		if c.which != "" {
 			own += " AND " + c.which
+		}
+		if guests {
+			own += fmt.Sprintf(" AND NOT pg_catalog.pg_has_role(o.%s, (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.oid = o.%s), 'USAGE')", c.owner, c.schema)
 		}
 		parts = append(parts, fmt.Sprintf(`SELECT o.%s AS owner FROM pg_catalog.%s o WHERE %s
    AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend d WHERE d.classid = 'pg_catalog.%s'::regclass AND d.objid = o.oid AND d.deptype = 'e')`,
@@ -158,7 +172,8 @@ func (m *Manager) readSourceDatabaseObjects(ctx context.Context, database, passw
 	}{
 		{"SELECT evtname FROM pg_catalog.pg_event_trigger ORDER BY 1", &objs.eventTriggers},
 		{fmt.Sprintf("SELECT extname FROM pg_catalog.pg_extension WHERE oid >= %d ORDER BY 1", firstNormalObjectID), &objs.extensions},
-		{sourceOwnersQuery(), &objs.owners},
+		{sourceOwnersQuery(false), &objs.owners},
+		{sourceOwnersQuery(true), &objs.schemaGuests},
 		{wholePublicationsQuery(sourceMajor), &objs.wholePublications},
 	} {
 		rows, err := conn.Query(ctx, q.sql)
@@ -241,12 +256,21 @@ func plural(s []string) string {
 	return ""
 }
 
-// foreignOwners are the owners of a source database's objects that the
-// restore role cannot give objects to (the source's superuser, Tusk's
-// roles): with any, the restore leaves the owners out and the database's
-// owner gets every object.
-func foreignOwners(owners []string, carried map[string]bool) []string {
-	return slices.DeleteFunc(slices.Clone(owners), func(o string) bool { return carried[o] })
+// ownersNotKept are the owners of a source database's objects that the
+// restore cannot give their objects to: roles the restore role may not act
+// as (the source's superuser, Tusk's roles, CREATEROLE ones), and roles
+// that create in a schema by a grant pg_restore has not restored yet. With
+// any, the restore leaves the owners out and the database's owner gets
+// every object.
+func ownersNotKept(objs sourceDatabaseObjects, carried map[string]bool) []string {
+	notKept := slices.DeleteFunc(slices.Clone(objs.owners), func(o string) bool { return carried[o] })
+	for _, g := range objs.schemaGuests {
+		if !slices.Contains(notKept, g) {
+			notKept = append(notKept, g)
+		}
+	}
+	slices.Sort(notKept)
+	return notKept
 }
 
 // restoreArgs are pg_restore's arguments for a database.

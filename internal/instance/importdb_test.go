@@ -95,7 +95,8 @@ func TestSourceConnInfoQuotes(t *testing.T) {
 
 // TestRestoreRoleMembers: the restore role may act as the roles the import
 // created and the application owner, never as a CREATEROLE role; with an
-// owner it cannot act as, the restore leaves the owners out.
+// owner it cannot act as, or one that creates in a schema by a grant, the
+// restore leaves the owners out.
 func TestRestoreRoleMembers(t *testing.T) {
 	src := &importSource{roles: []sourceRole{{name: "shop"}, {name: "admin", createRole: true}, {name: "postgres", superuser: true}}}
 	members := restoreRoleMembers(src, []string{"shop", "admin"}, "app")
@@ -104,17 +105,21 @@ func TestRestoreRoleMembers(t *testing.T) {
 	}
 	carried := map[string]bool{"shop": true, "app": true}
 	for _, tc := range []struct {
-		owners, foreign []string
-		args            []string
+		objs    sourceDatabaseObjects
+		notKept []string
+		args    []string
 	}{
-		{[]string{"app", "shop"}, []string{}, []string{"--exit-on-error", "--no-tablespaces", "--dbname=d"}},
-		{[]string{"admin", "postgres", "shop"}, []string{"admin", "postgres"}, []string{"--exit-on-error", "--no-tablespaces", "--dbname=d", "--no-owner"}},
+		{sourceDatabaseObjects{owners: []string{"app", "shop"}}, nil, []string{"--exit-on-error", "--no-tablespaces", "--dbname=d"}},
+		{sourceDatabaseObjects{owners: []string{"postgres", "admin", "shop"}}, []string{"admin", "postgres"},
+			[]string{"--exit-on-error", "--no-tablespaces", "--dbname=d", "--no-owner"}},
+		{sourceDatabaseObjects{owners: []string{"app", "shop"}, schemaGuests: []string{"shop"}}, []string{"shop"},
+			[]string{"--exit-on-error", "--no-tablespaces", "--dbname=d", "--no-owner"}},
 	} {
-		foreign := foreignOwners(tc.owners, carried)
-		if !slices.Equal(foreign, tc.foreign) {
-			t.Errorf("foreignOwners(%v) = %v, want %v", tc.owners, foreign, tc.foreign)
+		notKept := ownersNotKept(tc.objs, carried)
+		if !slices.Equal(notKept, tc.notKept) {
+			t.Errorf("ownersNotKept(%+v) = %v, want %v", tc.objs, notKept, tc.notKept)
 		}
-		if args := restoreArgs("d", len(foreign) == 0); !slices.Equal(args, tc.args) {
+		if args := restoreArgs("d", len(notKept) == 0); !slices.Equal(args, tc.args) {
 			t.Errorf("restoreArgs = %v, want %v", args, tc.args)
 		}
 	}
@@ -140,9 +145,11 @@ func TestRefuseUnsafeObjects(t *testing.T) {
 }
 
 // TestSourceOwnersQuery: every catalog with an owner is read, without
-// initdb's objects and extensions' members.
+// initdb's objects and extensions' members; the guests' query reads the
+// catalogs of objects in schemas, for owners without the schema owner's
+// rights.
 func TestSourceOwnersQuery(t *testing.T) {
-	q := sourceOwnersQuery()
+	q := sourceOwnersQuery(false)
 	for _, want := range []string{
 		"SELECT o.relowner AS owner FROM pg_catalog.pg_class o WHERE o.oid >= 16384 AND o.relkind IN ('r', 'p', 'v', 'm', 'S', 'f') AND o.relpersistence <> 't'",
 		"SELECT o.nspowner AS owner FROM pg_catalog.pg_namespace o WHERE (o.oid >= 16384 OR (o.nspname = 'public' AND o.nspowner <> 6171)) AND o.nspname !~ '^pg_'",
@@ -155,5 +162,12 @@ func TestSourceOwnersQuery(t *testing.T) {
 	}
 	if n := strings.Count(q, "UNION ALL"); n != len(ownedCatalogs)-1 {
 		t.Errorf("%d UNION ALL for %d catalogs", n, len(ownedCatalogs))
+	}
+	guests := sourceOwnersQuery(true)
+	if want := "NOT pg_catalog.pg_has_role(o.relowner, (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.oid = o.relnamespace), 'USAGE')"; !strings.Contains(guests, want) {
+		t.Errorf("the guests' query lacks %q:\n%s", want, guests)
+	}
+	if strings.Contains(guests, "pg_namespace o") || strings.Contains(guests, "pg_publication o") {
+		t.Errorf("the guests' query reads catalogs of objects outside schemas:\n%s", guests)
 	}
 }

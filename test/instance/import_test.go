@@ -145,8 +145,9 @@ TRUNCATE public.seen`
 // domain, a generated column, an index) gets the rights of the roles
 // owning the imported objects, never a superuser's: its owner does not
 // become superuser, no program runs, and the owners are kept. A database
-// where the source's superuser owns objects is restored into its owner
-// (the application owner for a database the superuser owned). Event
+// where the source's superuser owns objects, or where a role owns a table
+// in another's schema by a grant, is restored into its owner (the
+// application owner for a database the superuser owned). Event
 // triggers, untrusted extensions and publications of all tables are
 // refused, naming them.
 func TestImportRunsNoSourceCodeAsSuperuser(t *testing.T) {
@@ -156,7 +157,7 @@ func TestImportRunsNoSourceCodeAsSuperuser(t *testing.T) {
 	source.exec(`CREATE ROLE mallory LOGIN PASSWORD 'mallory-secret';
 CREATE ROLE clerk LOGIN PASSWORD 'clerk-secret';
 CREATE ROLE migrator LOGIN PASSWORD 'migrate-me' IN ROLE pg_read_all_data`)
-	for _, db := range []string{"mall OWNER mallory", "legacy", "ddl", "fdw"} {
+	for _, db := range []string{"mall OWNER mallory", "shared OWNER mallory", "legacy", "ddl", "fdw"} {
 		source.exec("CREATE DATABASE " + db)
 	}
 	source.withConn("mallory", "mallory-secret", "mall", func(conn *pgx.Conn) error {
@@ -169,6 +170,10 @@ CREATE ROLE migrator LOGIN PASSWORD 'migrate-me' IN ROLE pg_read_all_data`)
 	})
 	source.withConn("clerk", "clerk-secret", "mall", func(conn *pgx.Conn) error {
 		_, err := conn.Exec(context.Background(), "CREATE TABLE clerk.notes (note text); INSERT INTO clerk.notes VALUES ('kept')")
+		return err
+	})
+	source.withConn("postgres", superuserPassword, "shared", func(conn *pgx.Conn) error {
+		_, err := conn.Exec(context.Background(), `GRANT CREATE ON SCHEMA public TO clerk; SET ROLE clerk; CREATE TABLE public.memo (id int)`)
 		return err
 	})
 	source.withConn("postgres", superuserPassword, "legacy", func(conn *pgx.Conn) error {
@@ -206,7 +211,7 @@ CREATE EVENT TRIGGER audit_ddl ON ddl_command_end EXECUTE FUNCTION public.on_ddl
 	}
 
 	t.Run("the source's code runs as no superuser", func(t *testing.T) {
-		n := startNode(t, "imp-1", nodeOptions{role: instanceapi.RolePrimary, extraArgs: importArgs("mall-secrets", "mall", "legacy")})
+		n := startNode(t, "imp-1", nodeOptions{role: instanceapi.RolePrimary, extraArgs: importArgs("mall-secrets", "mall", "shared", "legacy")})
 		n.waitReady(instanceapi.RolePrimary)
 		for _, c := range []struct{ database, sql, want string }{
 			{"mall", "SELECT rolsuper::text FROM pg_roles WHERE rolname = 'mallory'", "false"},
@@ -220,6 +225,9 @@ CREATE EVENT TRIGGER audit_ddl ON ddl_command_end EXECUTE FUNCTION public.on_ddl
 			// The source's superuser owned ledger: the owners are left out.
 			{"legacy", "SELECT string_agg(relname || ':' || pg_get_userbyid(relowner), ',' ORDER BY relname) FROM pg_class WHERE relname IN ('ledger', 'drafts')", "drafts:app,ledger:app"},
 			{"legacy", "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = 'legacy'", "app"},
+			// clerk creates in mallory's public by a grant, restored last.
+			{"shared", "SELECT pg_get_userbyid(relowner) FROM pg_class WHERE relname = 'memo'", "mallory"},
+			{"shared", "SELECT has_schema_privilege('clerk', 'public', 'CREATE')::text", "true"},
 		} {
 			n.withConn("postgres", superuserPassword, c.database, func(conn *pgx.Conn) error {
 				var got string
