@@ -399,7 +399,8 @@ func localRoleNames(ctx context.Context, conn *pgx.Conn) (map[string]bool, error
 // importDatabase creates the database (unless the bootstrap made it
 // already, empty), checks what the source's database holds, and pipes
 // pg_dump of the source into pg_restore logged in as the restore role,
-// then analyzes it as that role: pg_restore leaves no statistics.
+// then analyzes the restored tables as that role: pg_restore leaves no
+// statistics.
 func (m *Manager) importDatabase(ctx context.Context, local *pgx.Conn, db sourceDatabase, sourceMajor int, password string, restore *restoreLogin) error {
 	appDatabase, appOwner := m.opts.InitDB.Database, m.opts.InitDB.Owner
 	for _, s := range createDatabaseStatements(db, appDatabase, appOwner) {
@@ -439,7 +440,7 @@ func (m *Manager) importDatabase(ctx context.Context, local *pgx.Conn, db source
 		return fmt.Errorf("while copying the database %s: %w", db.name, err)
 	}
 	if !logical {
-		if _, err := m.runToolIn(ctx, "", restoreEnv, filepath.Join(m.opts.BinDir, "vacuumdb"), "--analyze-only", "--quiet", "--dbname="+db.name); err != nil {
+		if err := m.analyzeRestored(ctx, db.name, restore); err != nil {
 			return err
 		}
 	}
@@ -447,8 +448,8 @@ func (m *Manager) importDatabase(ctx context.Context, local *pgx.Conn, db source
 }
 
 // importToolEnvs are pg_dump's environment, reaching the source as the
-// import's user, and pg_restore's and vacuumdb's, reaching the new cluster
-// as the restore role.
+// import's user, and pg_restore's, reaching the new cluster as the restore
+// role.
 func (m *Manager) importToolEnvs(database, password string, restore *restoreLogin) (dumpEnv, restoreEnv []string) {
 	imp := m.opts.Import
 	dumpEnv = append(envWithoutLibpq(), "PGHOST="+imp.Host, "PGPORT="+strconv.Itoa(imp.Port), "PGUSER="+imp.User,

@@ -15,8 +15,9 @@ import (
 // A dump holds the source's code: functions its CHECK constraints, domains,
 // generated columns and partition keys call while rows load, and statements
 // only a superuser may run (C functions, untrusted languages and extensions,
-// event triggers). pg_restore therefore logs in as restoreRole, a role that
-// is no superuser, made for the import and dropped after it. It logs in as
+// event triggers). pg_restore, and the ANALYZE after it, therefore log in as
+// restoreRole, a role that is no superuser, made for the import and dropped
+// after it. It logs in as
 // that role rather than running SET ROLE under the superuser: a function
 // may RESET ROLE whenever the session's user is a superuser.
 const restoreRole = "tusk_restore"
@@ -65,6 +66,41 @@ func restoreRoleMembers(src *importSource, created []string, appOwner string) []
 	}
 	members := slices.DeleteFunc(slices.Clone(created), func(r string) bool { return createRole[r] })
 	return append(members, appOwner)
+}
+
+// analyzeRestored analyzes the tables the restore role may analyze (all
+// it restored) as that role: ANALYZE runs index expressions and the
+// functions of extended statistics. The catalogs keep initdb's statistics.
+func (m *Manager) analyzeRestored(ctx context.Context, database string, restore *restoreLogin) error {
+	cfg, err := m.localConfig(restoreRole, restore.password)
+	if err != nil {
+		return err
+	}
+	cfg.Database = database
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("while connecting to %s as %s to analyze it: %w", database, restoreRole, err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	rows, err := conn.Query(ctx, `SELECT pg_catalog.format('%I.%I', n.nspname, c.relname)
+  FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE c.relkind IN ('r', 'm', 'p') AND n.nspname <> 'information_schema' AND n.nspname !~ '^pg_'
+   AND pg_catalog.pg_has_role(c.relowner, 'USAGE') ORDER BY 1`)
+	if err != nil {
+		return fmt.Errorf("while listing the tables of %s to analyze: %w", database, err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("while listing the tables of %s to analyze: %w", database, err)
+	}
+	if len(tables) == 0 {
+		return nil
+	}
+	// Each table is analyzed in a transaction of its own.
+	if _, err := conn.Exec(ctx, "ANALYZE "+strings.Join(tables, ", ")); err != nil {
+		return fmt.Errorf("while analyzing %s: %w", database, err)
+	}
+	return nil
 }
 
 // handOverRestoredObjects gives what the restore role still owns in a
