@@ -397,10 +397,11 @@ func localRoleNames(ctx context.Context, conn *pgx.Conn) (map[string]bool, error
 }
 
 // importDatabase creates the database (unless the bootstrap made it
-// already, empty), checks what the source's database holds, and pipes
-// pg_dump of the source into pg_restore logged in as the restore role,
-// then analyzes the restored tables as that role: pg_restore leaves no
-// statistics.
+// already, empty), checks what the source's database holds, restores it
+// as the restore role, and checks that the restore changed no role: a
+// dump of one database never does, so a change is the source's code
+// acting as an imported role (say, setting the application owner's
+// password to log in as it later).
 func (m *Manager) importDatabase(ctx context.Context, local *pgx.Conn, db sourceDatabase, sourceMajor int, password string, restore *restoreLogin) error {
 	appDatabase, appOwner := m.opts.InitDB.Database, m.opts.InitDB.Owner
 	for _, s := range createDatabaseStatements(db, appDatabase, appOwner) {
@@ -426,7 +427,31 @@ func (m *Manager) importDatabase(ctx context.Context, local *pgx.Conn, db source
 		m.log.Info("The import gives the database's owner every object of a database where it cannot give some their owners",
 			"database", db.name, "owner", owner, "ownersNotKept", notKept)
 	}
-	dumpEnv, restoreEnv := m.importToolEnvs(db.name, password, restore)
+	before, err := rolesDigest(ctx, local)
+	if err != nil {
+		return err
+	}
+	if err := m.restoreDatabase(ctx, db.name, password, restore, len(notKept) == 0); err != nil {
+		return err
+	}
+	after, err := rolesDigest(ctx, local)
+	if err != nil {
+		return err
+	}
+	if after != before {
+		return fmt.Errorf("the code of the import source's database %s changed the new cluster's roles, memberships or databases "+
+			"while it was restored (a function its tables, domains or indexes call, acting with the rights of the roles it imports): "+
+			"the import stops; remove that code on the source to import it", db.name)
+	}
+	return m.handOverRestoredObjects(ctx, db.name, owner)
+}
+
+// restoreDatabase pipes pg_dump of the source's database into pg_restore
+// logged in as the restore role, then analyzes the restored tables as that
+// role: pg_restore leaves no statistics.
+func (m *Manager) restoreDatabase(ctx context.Context, database, password string, restore *restoreLogin, keepOwners bool) error {
+	logical := m.opts.Import.Method == importMethodLogical
+	dumpEnv, restoreEnv := m.importToolEnvs(database, password, restore)
 	// Subscriptions would connect out of the new cluster on their own,
 	// and its storage has no tablespaces but the default.
 	dump := []string{"--format=custom", "--no-subscriptions", "--no-tablespaces"}
@@ -436,15 +461,13 @@ func (m *Manager) importDatabase(ctx context.Context, local *pgx.Conn, db source
 		// tables, which only a superuser may create).
 		dump = append(dump, "--schema-only", "--no-publications")
 	}
-	if err := m.pipeTools(ctx, dumpEnv, dump, restoreEnv, restoreArgs(db.name, len(notKept) == 0)); err != nil {
-		return fmt.Errorf("while copying the database %s: %w", db.name, err)
+	if err := m.pipeTools(ctx, dumpEnv, dump, restoreEnv, restoreArgs(database, keepOwners)); err != nil {
+		return fmt.Errorf("while copying the database %s: %w", database, err)
 	}
-	if !logical {
-		if err := m.analyzeRestored(ctx, db.name, restore); err != nil {
-			return err
-		}
+	if logical {
+		return nil
 	}
-	return m.handOverRestoredObjects(ctx, db.name, owner)
+	return m.analyzeRestored(ctx, database, restore)
 }
 
 // importToolEnvs are pg_dump's environment, reaching the source as the

@@ -103,6 +103,25 @@ func (m *Manager) analyzeRestored(ctx context.Context, database string, restore 
 	return nil
 }
 
+// rolesDigestQuery digests what a database's restore must not change: the
+// roles (with their password verifiers), memberships, role settings, and
+// the databases' owners, rights and limits.
+const rolesDigestQuery = `SELECT pg_catalog.md5(pg_catalog.string_agg(x, E'\n' ORDER BY x)) FROM (
+  SELECT 'role ' || a::text AS x FROM pg_catalog.pg_authid a
+  UNION ALL SELECT 'member ' || m::text FROM pg_catalog.pg_auth_members m
+  UNION ALL SELECT 'setting ' || s::text FROM pg_catalog.pg_db_role_setting s
+  UNION ALL SELECT 'database ' || pg_catalog.concat_ws(' ', d.oid, d.datname, d.datdba, d.datallowconn, d.datconnlimit, d.datacl)
+    FROM pg_catalog.pg_database d
+) shared`
+
+func rolesDigest(ctx context.Context, local *pgx.Conn) (string, error) {
+	var digest string
+	if err := local.QueryRow(ctx, rolesDigestQuery).Scan(&digest); err != nil {
+		return "", fmt.Errorf("while reading the new cluster's roles: %w", err)
+	}
+	return digest, nil
+}
+
 // handOverRestoredObjects gives what the restore role still owns in a
 // database (its extensions; every object when the owners were not kept)
 // to the database's owner, and drops its privileges there, so that the

@@ -149,7 +149,8 @@ TRUNCATE public.seen`
 // in another's schema by a grant, is restored into its owner (the
 // application owner for a database the superuser owned). Event
 // triggers, untrusted extensions and publications of all tables are
-// refused, naming them.
+// refused, naming them; so is a database whose code, acting as an
+// imported role, changes a role (the application owner's password).
 func TestImportRunsNoSourceCodeAsSuperuser(t *testing.T) {
 	sourcePKI := newClusterPKI(t)
 	source := startNode(t, "src-1", nodeOptions{role: instanceapi.RolePrimary, tls: sourcePKI})
@@ -157,7 +158,7 @@ func TestImportRunsNoSourceCodeAsSuperuser(t *testing.T) {
 	source.exec(`CREATE ROLE mallory LOGIN PASSWORD 'mallory-secret';
 CREATE ROLE clerk LOGIN PASSWORD 'clerk-secret';
 CREATE ROLE migrator LOGIN PASSWORD 'migrate-me' IN ROLE pg_read_all_data`)
-	for _, db := range []string{"mall OWNER mallory", "shared OWNER mallory", "legacy", "ddl", "fdw"} {
+	for _, db := range []string{"mall OWNER mallory", "shared OWNER mallory", "legacy", "ddl", "fdw", "hijack OWNER mallory"} {
 		source.exec("CREATE DATABASE " + db)
 	}
 	source.withConn("mallory", "mallory-secret", "mall", func(conn *pgx.Conn) error {
@@ -170,6 +171,19 @@ CREATE ROLE migrator LOGIN PASSWORD 'migrate-me' IN ROLE pg_read_all_data`)
 	})
 	source.withConn("clerk", "clerk-secret", "mall", func(conn *pgx.Conn) error {
 		_, err := conn.Exec(context.Background(), "CREATE TABLE clerk.notes (note text); INSERT INTO clerk.notes VALUES ('kept')")
+		return err
+	})
+	// The restore role may act as the application owner (to give it what
+	// the source's superuser owned): a function that sets its password
+	// would log in as it later.
+	source.withConn("mallory", "mallory-secret", "hijack", func(conn *pgx.Conn) error {
+		_, err := conn.Exec(context.Background(), `CREATE FUNCTION public.hijack(id int) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  BEGIN EXECUTE 'SET ROLE app'; EXECUTE 'ALTER ROLE app PASSWORD ''hijacked'''; EXCEPTION WHEN others THEN NULL; END;
+  RETURN true;
+END $$;
+CREATE TABLE public.t (id int CHECK (public.hijack(id)));
+INSERT INTO public.t VALUES (1)`)
 		return err
 	})
 	source.withConn("postgres", superuserPassword, "shared", func(conn *pgx.Conn) error {
@@ -246,6 +260,7 @@ CREATE EVENT TRIGGER audit_ddl ON ddl_command_end EXECUTE FUNCTION public.on_ddl
 		{"ddl", "the import source's database ddl has the event trigger audit_ddl (it would run as whoever changes the schema, Tusk's superuser too)"},
 		{"fdw", "the import source's database fdw has the extension file_fdw (not marked trusted, so only a superuser may create it) " +
 			"and the publication cdc (of all tables or of a schema, so only a superuser may create it; method logical leaves publications out)"},
+		{"hijack", "the code of the import source's database hijack changed the new cluster's roles, memberships or databases while it was restored"},
 	} {
 		t.Run("refuses "+tc.database, func(t *testing.T) {
 			n := startNode(t, "imp-"+tc.database, nodeOptions{role: instanceapi.RolePrimary, extraArgs: importArgs(tc.database+"-secrets", tc.database)})
