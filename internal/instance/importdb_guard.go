@@ -17,12 +17,13 @@ import (
 // only a superuser may run (C functions, untrusted languages and extensions,
 // event triggers). pg_restore, and the ANALYZE after it, therefore log in as
 // restoreRole, a role that is no superuser, made for the import and dropped
-// after it. It logs in as
-// that role rather than running SET ROLE under the superuser: a function
-// may RESET ROLE whenever the session's user is a superuser.
+// after it. They log in as that role rather than run SET ROLE under the
+// superuser: a function may RESET ROLE whenever the session's user is a
+// superuser.
 const restoreRole = "tusk_restore"
 
-// restoreLogin is the restore role's password for this import.
+// restoreLogin is how the import logs in as the restore role, and whom
+// that role may give objects to.
 type restoreLogin struct {
 	password string
 	// carried are the roles it is a member of: those the import created
