@@ -106,6 +106,7 @@ func (m *Manager) importPrimary(ctx context.Context, dir string) error {
 // importSource is what the import read of the source server.
 type importSource struct {
 	version     string
+	major       int
 	roles       []sourceRole
 	memberships []sourceMembership
 	databases   []sourceDatabase
@@ -126,6 +127,9 @@ func (m *Manager) importInto(ctx context.Context, dir string, local *pgx.Conn) e
 	if err != nil {
 		return err
 	}
+	if m.opts.InitDB.Owner == "" {
+		return errors.New("an import needs the application owner (--owner): it owns what the source's superuser owned")
+	}
 	plan := planRoleImport(src, existing, m.opts.MajorVersion)
 	for _, s := range plan.statements {
 		if _, err := local.Exec(ctx, s); err != nil {
@@ -135,6 +139,22 @@ func (m *Manager) importInto(ctx context.Context, dir string, local *pgx.Conn) e
 	}
 	m.log.Info("Imported the source's roles", "source", sourceName(imp), "sourceVersion", src.version,
 		"created", plan.created, "kept", plan.kept, "withoutPassword", plan.withoutPassword, "attributesDropped", plan.dropped)
+	restore, err := createRestoreRole(ctx, local, restoreRoleMembers(src, plan.created, m.opts.InitDB.Owner))
+	if err != nil {
+		return err
+	}
+	if err := m.importDatabases(ctx, dir, local, src, password, restore); err != nil {
+		return err
+	}
+	if _, err := local.Exec(ctx, "DROP ROLE "+ident(restoreRole)); err != nil {
+		return fmt.Errorf("while dropping the role the import restored as: %w", err)
+	}
+	return nil
+}
+
+// importDatabases copies each database, as restore.
+func (m *Manager) importDatabases(ctx context.Context, dir string, local *pgx.Conn, src *importSource, password string, restore *restoreLogin) error {
+	imp := m.opts.Import
 	logical := &importState{Subscriptions: map[string]string{}}
 	for i, db := range src.databases {
 		what := "the database"
@@ -143,7 +163,7 @@ func (m *Manager) importInto(ctx context.Context, dir string, local *pgx.Conn) e
 		}
 		m.setRecoveryStep("", fmt.Sprintf("copying %s %s (%d of %d) from %s with pg_dump and pg_restore", what, db.name, i+1, len(src.databases), sourceName(imp)))
 		start := time.Now()
-		if err := m.importDatabase(ctx, local, db, password); err != nil {
+		if err := m.importDatabase(ctx, local, db, src.major, password, restore); err != nil {
 			return err
 		}
 		if imp.Method == importMethodLogical {
@@ -216,7 +236,8 @@ func (m *Manager) readImportSource(ctx context.Context, password string) (*impor
 	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version'), current_setting('server_version_num')::int").Scan(&src.version, &num); err != nil {
 		return nil, fmt.Errorf("while reading the import source's version: %w", err)
 	}
-	if num/10000 < minImportMajor {
+	src.major = num / 10000
+	if src.major < minImportMajor {
 		return nil, fmt.Errorf("the import source runs PostgreSQL %s; imports need %d or later", src.version, minImportMajor)
 	}
 	if src.roles, err = readSourceRoles(ctx, conn); err != nil {
@@ -376,17 +397,86 @@ func localRoleNames(ctx context.Context, conn *pgx.Conn) (map[string]bool, error
 }
 
 // importDatabase creates the database (unless the bootstrap made it
-// already, empty) and pipes pg_dump of the source into pg_restore, then
-// analyzes it: pg_restore leaves no statistics.
-func (m *Manager) importDatabase(ctx context.Context, local *pgx.Conn, db sourceDatabase, password string) error {
-	for _, s := range createDatabaseStatements(db, m.opts.InitDB.Database) {
+// already, empty), checks what the source's database holds, restores it
+// as the restore role, and checks that the restore changed no role: a
+// dump of one database never does, so a change is the source's code
+// acting as an imported role (say, setting the application owner's
+// password to log in as it later).
+func (m *Manager) importDatabase(ctx context.Context, local *pgx.Conn, db sourceDatabase, sourceMajor int, password string, restore *restoreLogin) error {
+	appDatabase, appOwner := m.opts.InitDB.Database, m.opts.InitDB.Owner
+	for _, s := range createDatabaseStatements(db, appDatabase, appOwner) {
 		if _, err := local.Exec(ctx, s); err != nil {
 			return fmt.Errorf("while creating the database %s to import (%s): %w", db.name, firstWords(s, 3), err)
 		}
 	}
+	objs, err := m.readSourceDatabaseObjects(ctx, db.name, password, sourceMajor)
+	if err != nil {
+		return err
+	}
+	untrusted, err := untrustedExtensions(ctx, local, objs.extensions)
+	if err != nil {
+		return err
+	}
+	logical := m.opts.Import.Method == importMethodLogical
+	if err := refuseUnsafeObjects(db.name, objs, untrusted, !logical); err != nil {
+		return err
+	}
+	owner := targetDatabaseOwner(db, appDatabase, appOwner)
+	notKept := ownersNotKept(objs, restore.carried)
+	if len(notKept) > 0 {
+		m.log.Info("The import gives the database's owner every object of a database where it cannot give some their owners",
+			"database", db.name, "owner", owner, "ownersNotKept", notKept)
+	}
+	before, err := rolesDigest(ctx, local)
+	if err != nil {
+		return err
+	}
+	if err := m.restoreDatabase(ctx, db.name, password, restore, len(notKept) == 0); err != nil {
+		return err
+	}
+	after, err := rolesDigest(ctx, local)
+	if err != nil {
+		return err
+	}
+	if after != before {
+		return fmt.Errorf("the code of the import source's database %s changed the new cluster's roles, memberships or databases "+
+			"while it was restored (a function its tables, domains or indexes call, acting with the rights of the roles it imports): "+
+			"the import stops; remove that code on the source to import it", db.name)
+	}
+	return m.handOverRestoredObjects(ctx, db.name, owner)
+}
+
+// restoreDatabase pipes pg_dump of the source's database into pg_restore
+// logged in as the restore role, then analyzes the restored tables as that
+// role: pg_restore leaves no statistics.
+func (m *Manager) restoreDatabase(ctx context.Context, database, password string, restore *restoreLogin, keepOwners bool) error {
+	logical := m.opts.Import.Method == importMethodLogical
+	dumpEnv, restoreEnv := m.importToolEnvs(database, password, restore)
+	// Subscriptions would connect out of the new cluster on their own,
+	// and its storage has no tablespaces but the default.
+	dump := []string{"--format=custom", "--no-subscriptions", "--no-tablespaces"}
+	if logical {
+		// The subscription's initial copy brings the rows; the source's
+		// publications are the import's plumbing there (one of all
+		// tables, which only a superuser may create).
+		dump = append(dump, "--schema-only", "--no-publications")
+	}
+	if err := m.pipeTools(ctx, dumpEnv, dump, restoreEnv, restoreArgs(database, keepOwners)); err != nil {
+		return fmt.Errorf("while copying the database %s: %w", database, err)
+	}
+	if logical {
+		return nil
+	}
+	return m.analyzeRestored(ctx, database, restore)
+}
+
+// importToolEnvs are pg_dump's environment, reaching the source as the
+// import's user, and pg_restore's, reaching the new cluster as the restore
+// role.
+func (m *Manager) importToolEnvs(database, password string, restore *restoreLogin) (dumpEnv, restoreEnv []string) {
 	imp := m.opts.Import
-	dumpEnv := append(envWithoutLibpq(), "PGHOST="+imp.Host, "PGPORT="+strconv.Itoa(imp.Port), "PGUSER="+imp.User,
-		"PGPASSWORD="+password, "PGDATABASE="+db.name, "PGSSLMODE="+imp.SSLMode, "PGCONNECT_TIMEOUT=10", "PGAPPNAME=tusk-import")
+	dumpEnv = append(envWithoutLibpq(), "PGHOST="+imp.Host, "PGPORT="+strconv.Itoa(imp.Port), "PGUSER="+imp.User,
+		"PGPASSWORD="+password, "PGDATABASE="+database, "PGSSLMODE="+imp.SSLMode, "PGCONNECT_TIMEOUT=10", "PGAPPNAME=tusk-import")
 	if imp.CAFile != "" {
 		dumpEnv = append(dumpEnv, "PGSSLROOTCERT="+imp.CAFile)
 	}
@@ -394,24 +484,9 @@ func (m *Manager) importDatabase(ctx context.Context, local *pgx.Conn, db source
 	// look in ~/.postgresql, which is not the manager's to offer.
 	noCert := filepath.Join(m.opts.RunDir, "import-has-no-client-certificate")
 	dumpEnv = append(dumpEnv, "PGSSLCERT="+noCert, "PGSSLKEY="+noCert)
-	restoreEnv := append(envWithoutLibpq(), "PGHOST="+m.opts.SocketDir, "PGPORT="+portArg(m.opts.Port), "PGUSER="+superuser,
-		"PGPASSFILE="+m.passfilePath(), "PGDATABASE="+db.name)
-	// Subscriptions would connect out of the new cluster on their own,
-	// and its storage has no tablespaces but the default.
-	dump := []string{"--format=custom", "--no-subscriptions", "--no-tablespaces"}
-	if imp.Method == importMethodLogical {
-		// The subscription's initial copy brings the rows.
-		dump = append(dump, "--schema-only")
-	}
-	restore := []string{"--exit-on-error", "--no-tablespaces", "--dbname=" + db.name}
-	if err := m.pipeTools(ctx, dumpEnv, dump, restoreEnv, restore); err != nil {
-		return fmt.Errorf("while copying the database %s: %w", db.name, err)
-	}
-	if imp.Method == importMethodLogical {
-		return nil
-	}
-	_, err := m.runToolIn(ctx, "", restoreEnv, filepath.Join(m.opts.BinDir, "vacuumdb"), "--analyze-only", "--quiet", "--dbname="+db.name)
-	return err
+	restoreEnv = append(envWithoutLibpq(), "PGHOST="+m.opts.SocketDir, "PGPORT="+portArg(m.opts.Port), "PGUSER="+restoreRole,
+		"PGPASSWORD="+restore.password, "PGDATABASE="+database, "PGAPPNAME=tusk-import")
+	return dumpEnv, restoreEnv
 }
 
 // envWithoutLibpq is the manager's environment without libpq's PG*

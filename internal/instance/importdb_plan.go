@@ -112,16 +112,14 @@ func createRoleStatement(r sourceRole) string {
 
 // createDatabaseStatements make the database an import fills: with the
 // source's encoding (the new cluster's C locale takes any), its owner
-// (postgres in place of a reserved one) and the source's settings for
-// it. The application database the bootstrap made is filled as it is.
-func createDatabaseStatements(db sourceDatabase, appDatabase string) []string {
+// (the application owner in place of a reserved one, as the restore gives
+// objects only to roles that are no superuser) and the source's settings
+// for it. The application database the bootstrap made is filled as it is.
+func createDatabaseStatements(db sourceDatabase, appDatabase, appOwner string) []string {
 	var s []string
 	if db.name != appDatabase {
-		owner := db.owner
-		if importReservedRole(owner) {
-			owner = superuser
-		}
-		s = append(s, fmt.Sprintf("CREATE DATABASE %s OWNER %s ENCODING %s TEMPLATE template0", ident(db.name), ident(owner), literal(db.encoding)))
+		s = append(s, fmt.Sprintf("CREATE DATABASE %s OWNER %s ENCODING %s TEMPLATE template0",
+			ident(db.name), ident(targetDatabaseOwner(db, appDatabase, appOwner)), literal(db.encoding)))
 	}
 	for _, kv := range db.settings {
 		if name, value, ok := strings.Cut(kv, "="); ok {
@@ -129,4 +127,12 @@ func createDatabaseStatements(db sourceDatabase, appDatabase string) []string {
 		}
 	}
 	return s
+}
+
+// targetDatabaseOwner is who owns an imported database in the new cluster.
+func targetDatabaseOwner(db sourceDatabase, appDatabase, appOwner string) string {
+	if db.name == appDatabase || importReservedRole(db.owner) {
+		return appOwner
+	}
+	return db.owner
 }

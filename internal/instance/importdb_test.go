@@ -69,8 +69,9 @@ func TestPlanRoleImport(t *testing.T) {
 }
 
 // TestCreateDatabaseStatements: a database keeps its encoding and owner
-// (postgres for a reserved owner) and its settings; the application
-// database the bootstrap made is only given its settings.
+// (the application owner for a reserved one: no superuser owns an
+// imported database) and its settings; the application database the
+// bootstrap made is only given its settings.
 func TestCreateDatabaseStatements(t *testing.T) {
 	for _, tc := range []struct {
 		db   sourceDatabase
@@ -79,13 +80,13 @@ func TestCreateDatabaseStatements(t *testing.T) {
 		{sourceDatabase{name: "shop", owner: "shop", encoding: "LATIN1", settings: []string{"timezone=UTC"}},
 			[]string{`CREATE DATABASE "shop" OWNER "shop" ENCODING 'LATIN1' TEMPLATE template0`, `ALTER DATABASE "shop" SET "timezone" = 'UTC'`}},
 		{sourceDatabase{name: "legacy", owner: "postgres", encoding: "UTF8"},
-			[]string{`CREATE DATABASE "legacy" OWNER "postgres" ENCODING 'UTF8' TEMPLATE template0`}},
+			[]string{`CREATE DATABASE "legacy" OWNER "owner" ENCODING 'UTF8' TEMPLATE template0`}},
 		{sourceDatabase{name: "weird", owner: "tusk_x", encoding: "UTF8"},
-			[]string{`CREATE DATABASE "weird" OWNER "postgres" ENCODING 'UTF8' TEMPLATE template0`}},
+			[]string{`CREATE DATABASE "weird" OWNER "owner" ENCODING 'UTF8' TEMPLATE template0`}},
 		{sourceDatabase{name: "app", owner: "someone", encoding: "UTF8", settings: []string{"work_mem=8MB"}},
 			[]string{`ALTER DATABASE "app" SET "work_mem" = '8MB'`}},
 	} {
-		if got := createDatabaseStatements(tc.db, "app"); !slices.Equal(got, tc.want) {
+		if got := createDatabaseStatements(tc.db, "app", "owner"); !slices.Equal(got, tc.want) {
 			t.Errorf("createDatabaseStatements(%+v) = %q, want %q", tc.db, got, tc.want)
 		}
 	}
@@ -98,5 +99,84 @@ func TestSourceConnInfoQuotes(t *testing.T) {
 	want := `host='db.example.com' port=6432 user='o\'brien' dbname='my db' sslmode=verify-full connect_timeout=10 application_name=tusk-import sslrootcert='/ca dir/ca.crt'`
 	if got != want {
 		t.Errorf("sourceConnInfo = %s\nwant %s", got, want)
+	}
+}
+
+// TestRestoreRoleMembers: the restore role may act as the roles the import
+// created and the application owner, never as a CREATEROLE role; with an
+// owner it cannot act as, or one that creates in a schema by a grant, the
+// restore leaves the owners out.
+func TestRestoreRoleMembers(t *testing.T) {
+	src := &importSource{roles: []sourceRole{{name: "shop"}, {name: "admin", createRole: true}, {name: "postgres", superuser: true}}}
+	members := restoreRoleMembers(src, []string{"shop", "admin"}, "app")
+	if !slices.Equal(members, []string{"shop", "app"}) {
+		t.Errorf("members = %v, want [shop app]", members)
+	}
+	carried := map[string]bool{"shop": true, "app": true}
+	for _, tc := range []struct {
+		objs    sourceDatabaseObjects
+		notKept []string
+		args    []string
+	}{
+		{sourceDatabaseObjects{owners: []string{"app", "shop"}}, nil, []string{"--exit-on-error", "--no-tablespaces", "--dbname=d"}},
+		{sourceDatabaseObjects{owners: []string{"postgres", "admin", "shop"}}, []string{"admin", "postgres"},
+			[]string{"--exit-on-error", "--no-tablespaces", "--dbname=d", "--no-owner"}},
+		{sourceDatabaseObjects{owners: []string{"app", "shop"}, schemaGuests: []string{"shop"}}, []string{"shop"},
+			[]string{"--exit-on-error", "--no-tablespaces", "--dbname=d", "--no-owner"}},
+	} {
+		notKept := ownersNotKept(tc.objs, carried)
+		if !slices.Equal(notKept, tc.notKept) {
+			t.Errorf("ownersNotKept(%+v) = %v, want %v", tc.objs, notKept, tc.notKept)
+		}
+		if args := restoreArgs("d", len(notKept) == 0); !slices.Equal(args, tc.args) {
+			t.Errorf("restoreArgs = %v, want %v", args, tc.args)
+		}
+	}
+}
+
+// TestRefuseUnsafeObjects: event triggers, untrusted extensions and (in a
+// dump) publications of whole schemas are named with the reason; a
+// database with none passes.
+func TestRefuseUnsafeObjects(t *testing.T) {
+	if err := refuseUnsafeObjects("shop", sourceDatabaseObjects{wholePublications: []string{"cdc"}}, nil, false); err != nil {
+		t.Errorf("nothing unsafe: %v", err)
+	}
+	objs := sourceDatabaseObjects{eventTriggers: []string{"audit_ddl"}, wholePublications: []string{"cdc"}}
+	err := refuseUnsafeObjects("shop", objs, []string{"file_fdw", "plpython3u"}, true)
+	want := "the import source's database shop has the event trigger audit_ddl (it would run as whoever changes the schema, Tusk's superuser too) " +
+		"and the extensions file_fdw, plpython3u (not marked trusted, so only a superuser may create them) " +
+		"and the publication cdc (of all tables or of a schema, so only a superuser may create it; method logical leaves publications out); " +
+		"the import restores as a role that is no superuser, " +
+		"so that nothing of the source runs as one: drop what is named here on the source to import the database"
+	if err == nil || err.Error() != want {
+		t.Errorf("error %v\nwant %s", err, want)
+	}
+}
+
+// TestSourceOwnersQuery: every catalog with an owner is read, without
+// initdb's objects and extensions' members; the guests' query reads the
+// catalogs of objects in schemas, for owners without the schema owner's
+// rights.
+func TestSourceOwnersQuery(t *testing.T) {
+	q := sourceOwnersQuery(false)
+	for _, want := range []string{
+		"SELECT o.relowner AS owner FROM pg_catalog.pg_class o WHERE o.oid >= 16384 AND o.relkind IN ('r', 'p', 'v', 'm', 'S', 'f') AND o.relpersistence <> 't'",
+		"SELECT o.nspowner AS owner FROM pg_catalog.pg_namespace o WHERE (o.oid >= 16384 OR (o.nspname = 'public' AND o.nspowner <> 6171)) AND o.nspname !~ '^pg_'",
+		"d.classid = 'pg_catalog.pg_proc'::regclass AND d.objid = o.oid AND d.deptype = 'e'",
+		"pg_largeobject_metadata",
+	} {
+		if !strings.Contains(q, want) {
+			t.Errorf("the owners query lacks %q:\n%s", want, q)
+		}
+	}
+	if n := strings.Count(q, "UNION ALL"); n != len(ownedCatalogs)-1 {
+		t.Errorf("%d UNION ALL for %d catalogs", n, len(ownedCatalogs))
+	}
+	guests := sourceOwnersQuery(true)
+	if want := "NOT pg_catalog.pg_has_role(o.relowner, (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.oid = o.relnamespace), 'USAGE')"; !strings.Contains(guests, want) {
+		t.Errorf("the guests' query lacks %q:\n%s", want, guests)
+	}
+	if strings.Contains(guests, "pg_namespace o") || strings.Contains(guests, "pg_publication o") {
+		t.Errorf("the guests' query reads catalogs of objects outside schemas:\n%s", guests)
 	}
 }

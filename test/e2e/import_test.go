@@ -148,7 +148,7 @@ func TestImportFromAnotherNamespace(t *testing.T) {
 		{"shop", "SELECT count(*) FROM big_orders", "10"},
 		{"shop", "SELECT extversion IS NOT NULL FROM pg_extension WHERE extname = 'pgcrypto'", "t"},
 		{"billing", "SELECT count(*), sum(amount) FROM invoices", "300|67725.0"},
-		{"app", "SELECT string_agg(datname || ':' || pg_get_userbyid(datdba), ',' ORDER BY datname) FROM pg_database WHERE datname IN ('shop', 'billing')", "billing:postgres,shop:shop"},
+		{"app", "SELECT string_agg(datname || ':' || pg_get_userbyid(datdba), ',' ORDER BY datname) FROM pg_database WHERE datname IN ('shop', 'billing')", "billing:app,shop:shop"}, // the source superuser's database goes to the application owner
 		{"app", "SELECT pg_has_role('shop', 'readers', 'MEMBER')", "t"},
 		{"app", "SELECT array_to_string(setconfig, ',') FROM pg_db_role_setting WHERE setrole = 'shop'::regrole", "statement_timeout=30s"},
 	} {

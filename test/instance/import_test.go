@@ -123,3 +123,167 @@ GRANT SELECT ON recent TO readers`)
 		}
 	})
 }
+
+// sneakSQL is a source table owner's attack on whoever restores its
+// database: a function its CHECK constraint, domain, generated column and
+// index call while rows load, that tries to leave the restoring session's
+// role, make its owner a superuser and run a program on the server, and
+// records who it ran as and what worked.
+const sneakSQL = `CREATE TABLE public.seen (via text, who text, superuser text, worked text);
+CREATE FUNCTION public.sneak(via text, id int) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE worked text := '';
+BEGIN
+  BEGIN EXECUTE 'RESET ROLE'; EXCEPTION WHEN others THEN NULL; END;
+  BEGIN EXECUTE 'ALTER ROLE mallory SUPERUSER'; worked := worked || 'superuser '; EXCEPTION WHEN others THEN NULL; END;
+  BEGIN EXECUTE 'COPY (SELECT 1) TO PROGRAM ''true'''; worked := worked || 'program'; EXCEPTION WHEN others THEN NULL; END;
+  INSERT INTO public.seen VALUES (via, current_user, current_setting('is_superuser'), worked);
+  RETURN true;
+END $$;
+CREATE FUNCTION public.sneak_immutable(via text, id int) RETURNS boolean IMMUTABLE LANGUAGE sql AS $$ SELECT public.sneak(via, id) $$;
+CREATE TABLE public.orders (id int PRIMARY KEY, CHECK (public.sneak('check', id)));
+CREATE DOMAIN public.watched AS int CHECK (public.sneak('domain', VALUE));
+CREATE TABLE public.items (n public.watched);
+CREATE TABLE public.computed (id int, g boolean GENERATED ALWAYS AS (public.sneak_immutable('generated', id)) STORED);
+CREATE INDEX ON public.computed (public.sneak_immutable('index', id));
+INSERT INTO public.orders VALUES (1), (2);
+INSERT INTO public.items VALUES (1);
+INSERT INTO public.computed VALUES (1);
+CREATE EXTENSION pg_trgm;
+TRUNCATE public.seen`
+
+// TestImportRunsNoSourceCodeAsSuperuser: a source's table owner whose
+// functions run while the import loads its rows (a CHECK constraint, a
+// domain, a generated column, an index) gets the rights of the roles
+// owning the imported objects, never a superuser's: its owner does not
+// become superuser, no program runs, and the owners are kept. A database
+// where the source's superuser owns objects, or where a role owns a table
+// in another's schema by a grant, is restored into its owner (the
+// application owner for a database the superuser owned). Event
+// triggers, untrusted extensions and publications of all tables are
+// refused, naming them; so is a database whose code, acting as an
+// imported role, changes a role (the application owner's password).
+func TestImportRunsNoSourceCodeAsSuperuser(t *testing.T) {
+	sourcePKI := newClusterPKI(t)
+	source := startNode(t, "src-1", nodeOptions{role: instanceapi.RolePrimary, tls: sourcePKI})
+	source.waitReady(instanceapi.RolePrimary)
+	source.exec(`CREATE ROLE mallory LOGIN PASSWORD 'mallory-secret';
+CREATE ROLE clerk LOGIN PASSWORD 'clerk-secret';
+CREATE ROLE migrator LOGIN PASSWORD 'migrate-me' IN ROLE pg_read_all_data`)
+	for _, db := range []string{"mall OWNER mallory", "shared OWNER mallory", "legacy", "ddl", "fdw", "hijack OWNER mallory"} {
+		source.exec("CREATE DATABASE " + db)
+	}
+	source.withConn("mallory", "mallory-secret", "mall", func(conn *pgx.Conn) error {
+		_, err := conn.Exec(context.Background(), sneakSQL)
+		return err
+	})
+	source.withConn("postgres", superuserPassword, "mall", func(conn *pgx.Conn) error {
+		_, err := conn.Exec(context.Background(), "CREATE SCHEMA clerk AUTHORIZATION clerk")
+		return err
+	})
+	source.withConn("clerk", "clerk-secret", "mall", func(conn *pgx.Conn) error {
+		_, err := conn.Exec(context.Background(), "CREATE TABLE clerk.notes (note text); INSERT INTO clerk.notes VALUES ('kept')")
+		return err
+	})
+	// The restore role may act as the application owner (to give it what
+	// the source's superuser owned): a function that sets its password
+	// would log in as it later.
+	source.withConn("mallory", "mallory-secret", "hijack", func(conn *pgx.Conn) error {
+		_, err := conn.Exec(context.Background(), `CREATE FUNCTION public.hijack(id int) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  BEGIN EXECUTE 'SET ROLE app'; EXECUTE 'ALTER ROLE app PASSWORD ''hijacked'''; EXCEPTION WHEN others THEN NULL; END;
+  RETURN true;
+END $$;
+CREATE TABLE public.t (id int CHECK (public.hijack(id)));
+INSERT INTO public.t VALUES (1)`)
+		return err
+	})
+	source.withConn("postgres", superuserPassword, "shared", func(conn *pgx.Conn) error {
+		_, err := conn.Exec(context.Background(), `GRANT CREATE ON SCHEMA public TO clerk; SET ROLE clerk; CREATE TABLE public.memo (id int)`)
+		return err
+	})
+	source.withConn("postgres", superuserPassword, "legacy", func(conn *pgx.Conn) error {
+		_, err := conn.Exec(context.Background(), `CREATE TABLE ledger (id int); INSERT INTO ledger VALUES (1); GRANT CREATE ON SCHEMA public TO clerk;
+SET ROLE clerk; CREATE TABLE public.drafts (id int)`)
+		if err == nil {
+			_, err = conn.Exec(context.Background(), "RESET ROLE")
+		}
+		return err
+	})
+	source.withConn("postgres", superuserPassword, "ddl", func(conn *pgx.Conn) error {
+		_, err := conn.Exec(context.Background(), `CREATE FUNCTION public.on_ddl() RETURNS event_trigger LANGUAGE plpgsql AS $$ BEGIN NULL; END $$;
+CREATE EVENT TRIGGER audit_ddl ON ddl_command_end EXECUTE FUNCTION public.on_ddl()`)
+		return err
+	})
+	source.withConn("postgres", superuserPassword, "fdw", func(conn *pgx.Conn) error {
+		_, err := conn.Exec(context.Background(), "CREATE EXTENSION file_fdw; CREATE PUBLICATION cdc FOR ALL TABLES")
+		return err
+	})
+	caDir := filepath.Join(workDir(t), "import-ca")
+	mountCerts(t, caDir, sourcePKI.repl, sourcePKI.ca)
+	importArgs := func(dir string, databases ...string) []string {
+		secrets := filepath.Join(workDir(t), dir)
+		if err := os.Mkdir(secrets, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		chown(t, secrets)
+		args := []string{"--import-host", "127.0.0.1", "--import-port", strconv.Itoa(source.port),
+			"--import-user", "migrator", "--import-password-file", writeSecret(t, secrets, "password", "migrate-me"),
+			"--import-sslmode", "verify-full", "--import-ca-file", filepath.Join(caDir, "ca.crt")}
+		for _, d := range databases {
+			args = append(args, "--import-database", d)
+		}
+		return args
+	}
+
+	t.Run("the source's code runs as no superuser", func(t *testing.T) {
+		n := startNode(t, "imp-1", nodeOptions{role: instanceapi.RolePrimary, extraArgs: importArgs("mall-secrets", "mall", "shared", "legacy")})
+		n.waitReady(instanceapi.RolePrimary)
+		for _, c := range []struct{ database, sql, want string }{
+			{"mall", "SELECT rolsuper::text FROM pg_roles WHERE rolname = 'mallory'", "false"},
+			// The function ran in each place, and never as a superuser.
+			{"mall", "SELECT string_agg(DISTINCT via, ',' ORDER BY via) FROM seen", "check,domain,generated,index"},
+			{"mall", "SELECT count(*)::text FROM seen WHERE superuser <> 'off' OR worked <> '' OR who = 'postgres'", "0"},
+			{"mall", "SELECT count(*)::text FROM orders", "2"},
+			{"mall", "SELECT pg_get_userbyid(relowner) || ',' || (SELECT pg_get_userbyid(relowner) FROM pg_class WHERE relname = 'notes') FROM pg_class WHERE relname = 'orders'", "mallory,clerk"},
+			{"mall", "SELECT pg_get_userbyid(extowner) FROM pg_extension WHERE extname = 'pg_trgm'", "mallory"},
+			{"mall", "SELECT count(*)::text FROM pg_roles WHERE rolname = 'tusk_restore'", "0"},
+			// The source's superuser owned ledger: the owners are left out.
+			{"legacy", "SELECT string_agg(relname || ':' || pg_get_userbyid(relowner), ',' ORDER BY relname) FROM pg_class WHERE relname IN ('ledger', 'drafts')", "drafts:app,ledger:app"},
+			{"legacy", "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = 'legacy'", "app"},
+			// clerk creates in mallory's public by a grant, restored last.
+			{"shared", "SELECT pg_get_userbyid(relowner) FROM pg_class WHERE relname = 'memo'", "mallory"},
+			{"shared", "SELECT has_schema_privilege('clerk', 'public', 'CREATE')::text", "true"},
+		} {
+			n.withConn("postgres", superuserPassword, c.database, func(conn *pgx.Conn) error {
+				var got string
+				if err := conn.QueryRow(context.Background(), c.sql).Scan(&got); err != nil {
+					return fmt.Errorf("%s: %w", c.sql, err)
+				}
+				if got != c.want {
+					t.Errorf("in %s, %s = %q, want %q", c.database, c.sql, got, c.want)
+				}
+				return nil
+			})
+		}
+	})
+
+	for _, tc := range []struct{ database, want string }{
+		{"ddl", "the import source's database ddl has the event trigger audit_ddl (it would run as whoever changes the schema, Tusk's superuser too)"},
+		{"fdw", "the import source's database fdw has the extension file_fdw (not marked trusted, so only a superuser may create it) " +
+			"and the publication cdc (of all tables or of a schema, so only a superuser may create it; method logical leaves publications out)"},
+		{"hijack", "the code of the import source's database hijack changed the new cluster's roles, memberships or databases while it was restored"},
+	} {
+		t.Run("refuses "+tc.database, func(t *testing.T) {
+			n := startNode(t, "imp-"+tc.database, nodeOptions{role: instanceapi.RolePrimary, extraArgs: importArgs(tc.database+"-secrets", tc.database)})
+			st := n.waitFor("a refused attempt", func(st instanceapi.Status) error {
+				if st.Recovery == nil || st.Recovery.FailedAttempts < 1 {
+					return fmt.Errorf("recovery %+v, error %q: want a failed attempt", st.Recovery, st.LastError)
+				}
+				return nil
+			})
+			if st.Phase != instanceapi.PhaseRecovering || !strings.Contains(st.LastError, tc.want) {
+				t.Errorf("phase %s, last error %q; want Recovering and %q", st.Phase, st.LastError, tc.want)
+			}
+		})
+	}
+}
