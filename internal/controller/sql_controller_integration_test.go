@@ -159,19 +159,35 @@ func TestDatabaseFinalizerFollowsReclaimPolicy(t *testing.T) {
 	})
 }
 
-// TestRoleClientCertificate: a role with clientCertificate gets a Secret
-// with a certificate for its name from the cluster's client CA, owned by
-// the PostgresRole, and loses it when it no longer asks.
+// TestRoleClientCertificate: a role with clientCertificate gets no
+// certificate while the primary has not applied it (here, as the cluster
+// has no primary under envtest), and its status says so; once applied, a
+// Secret with a certificate for its name from the cluster's client CA,
+// owned by the PostgresRole, which it loses when it no longer asks.
 func TestRoleClientCertificate(t *testing.T) {
 	ns := newNamespace(t)
 	create(t, newCluster(ns))
 	role := newRole(ns, "reporter", "pg")
 	role.Spec.ClientCertificate = true
 	create(t, role)
+	sqlObjectWhen(t, role, roleStatus, tuskv1alpha1.ReasonWaitingForPrimary,
+		"the client certificate (Secret reporter-client-tls) is issued once the role is applied")
 	s := &corev1.Secret{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "reporter-client-tls"}, s); !apierrors.IsNotFound(err) {
+		t.Fatalf("the certificate Secret of a role not applied yet: %v, want none", err)
+	}
+	// The primary applied the role: what the reconciler does next.
+	r := &SQLReconciler{Client: env.Client, secrets: secretReader{cached: env.Client, api: env.Client}, api: env.Client}
+	applied := sqlApply{reason: tuskv1alpha1.ReasonApplied, message: "applied on the primary pg-1: created role app_user"}
 	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
-		return env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "reporter-client-tls"}, s)
+		return r.issueRoleCertificateWhenApplied(ctx, role, get(t, ns, "pg", &tuskv1alpha1.PostgresCluster{}), &applied)
 	})
+	if applied.reason != tuskv1alpha1.ReasonApplied || !strings.HasSuffix(applied.message, "; its client certificate is in Secret reporter-client-tls") {
+		t.Errorf("after issuing: %s %q, want Applied naming the Secret", applied.reason, applied.message)
+	}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "reporter-client-tls"}, s); err != nil {
+		t.Fatal(err)
+	}
 	ca := get(t, ns, "pg-ca", &corev1.Secret{})
 	if err := pki.SignedBy(s.Data["tls.crt"], ca.Data["ca.crt"]); err != nil {
 		t.Errorf("the role's certificate is not from the cluster's client CA: %v", err)
