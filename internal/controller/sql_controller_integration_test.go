@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -215,4 +216,42 @@ func TestRoleClientCertificate(t *testing.T) {
 		}
 		return fmt.Errorf("the certificate Secret is still there: %w", err)
 	})
+}
+
+// TestSubscriptionRefusedBeforePostgres16: on a cluster whose data is
+// PostgreSQL 15 a subscription would apply rows as superuser (any
+// subscribed table's owner could run code as superuser with a trigger):
+// the operator refuses it without asking the primary, its conditions
+// naming the version and why.
+func TestSubscriptionRefusedBeforePostgres16(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newCluster(ns))
+	key := client.ObjectKey{Namespace: ns, Name: "pg"}
+	clusterWhen(t, key, creating)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c := &tuskv1alpha1.PostgresCluster{}
+		if err := env.Client.Get(context.Background(), key, c); err != nil {
+			return err
+		}
+		c.Status.PostgresMajor = 15
+		return env.Client.Status().Update(context.Background(), c, client.FieldOwner(StatusOwner))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := &tuskv1alpha1.PostgresSubscription{
+		ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: ns},
+		Spec: tuskv1alpha1.PostgresSubscriptionSpec{Cluster: corev1.LocalObjectReference{Name: "pg"}, Name: "orders_sub", Database: "app",
+			Publications: []string{"orders"}, Source: tuskv1alpha1.SubscriptionSource{
+				ConnectionSecret: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "publisher"}, Key: "conninfo"}}},
+	}
+	create(t, sub)
+	subStatus := func(o client.Object) *tuskv1alpha1.SQLObjectStatus {
+		return &o.(*tuskv1alpha1.PostgresSubscription).Status
+	}
+	sqlObjectWhen(t, sub, subStatus, tuskv1alpha1.ReasonApplyRefused, "runs PostgreSQL 15, whose subscriptions apply rows as their owner, a superuser")
+	ready := meta.FindStatusCondition(sub.Status.Conditions, tuskv1alpha1.ConditionReady)
+	if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != tuskv1alpha1.ReasonApplyRefused || !strings.Contains(ready.Message, "16 or later") {
+		t.Errorf("Ready %+v, want False ApplyRefused saying 16 or later", ready)
+	}
 }
