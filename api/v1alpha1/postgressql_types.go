@@ -61,12 +61,14 @@ type PostgresRoleSpec struct {
 	Cluster corev1.LocalObjectReference `json:"cluster"`
 
 	// Name is the role's name in PostgreSQL. Tusk's own roles (postgres,
-	// tusk_replication, tusk_monitor, tusk_probe, tusk_cert_login) and
-	// PostgreSQL's (pg_*) cannot be managed.
+	// tusk_replication, tusk_monitor, tusk_probe, tusk_cert_login), every
+	// name starting with tusk_ or tusk- (Tusk's, such as the operator's
+	// certificate name tusk-operator) and PostgreSQL's (pg_*) cannot be
+	// managed.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_$-]*$`
-	// +kubebuilder:validation:XValidation:rule="!(self in ['postgres', 'tusk_replication', 'tusk_monitor', 'tusk_probe', 'tusk_cert_login'])",message="this role is Tusk's own and cannot be managed"
+	// +kubebuilder:validation:XValidation:rule="self != 'postgres' && !self.startsWith('tusk_') && !self.startsWith('tusk-')",message="postgres and the names starting with tusk_ or tusk- are Tusk's own (tusk_replication, tusk_monitor, tusk_probe, tusk_cert_login, the operator's tusk-operator) and cannot be managed"
 	// +kubebuilder:validation:XValidation:rule="!self.startsWith('pg_')",message="role names starting with pg_ are PostgreSQL's own"
 	Name string `json:"name"`
 

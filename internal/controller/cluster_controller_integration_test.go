@@ -296,6 +296,9 @@ func checkTLSSecrets(t *testing.T, c *tuskv1alpha1.PostgresCluster) {
 		}
 	}
 	verifyServerCert(t, c, ca.Data[keyCACert])
+	if operator, err := pki.ParseCertificate(ca.Data[keyOperatorCert]); err != nil || !pki.HasIdentity(operator, instanceapi.OperatorIdentity) {
+		t.Errorf("the operator's certificate does not name its identity %s (%v)", instanceapi.OperatorIdentity, err)
+	}
 	repl := get(t, c.Namespace, "pg-replication", &corev1.Secret{})
 	cert, err := pki.ParseCertificate(repl.Data[keyTLSCert])
 	if err != nil {
@@ -307,6 +310,42 @@ func checkTLSSecrets(t *testing.T, c *tuskv1alpha1.PostgresCluster) {
 	if err := pki.SignedBy(repl.Data[keyTLSCert], ca.Data[keyCACert]); err != nil {
 		t.Errorf("replication certificate: %v", err)
 	}
+}
+
+// TestOperatorCertificateOfAnOlderTuskIsReplaced: an operator certificate
+// an older Tusk issued (CN tusk-operator alone, as a PostgresRole of that
+// name gets) is replaced by one naming the operator's identity, which the
+// instance managers require.
+func TestOperatorCertificateOfAnOlderTuskIsReplaced(t *testing.T) {
+	ns := newNamespace(t)
+	c := newCluster(ns)
+	create(t, c)
+	var ca corev1.Secret
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		return env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pg-ca"}, &ca)
+	})
+	old, err := pki.IssueClient(pki.KeyPair{CertPEM: ca.Data[keyCACert], KeyPEM: ca.Data[keyCAKey]}, OperatorClientCN, leafValidity, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca.Data[keyOperatorCert], ca.Data[keyOperatorKey] = old.CertPEM, old.KeyPEM
+	if err := env.Client.Update(context.Background(), &ca); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		var now corev1.Secret
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pg-ca"}, &now); err != nil {
+			return err
+		}
+		cert, err := pki.ParseCertificate(now.Data[keyOperatorCert])
+		if err != nil {
+			return err
+		}
+		if !pki.HasIdentity(cert, instanceapi.OperatorIdentity) {
+			return fmt.Errorf("the operator's certificate has URIs %v, want %s", cert.URIs, instanceapi.OperatorIdentity)
+		}
+		return nil
+	})
 }
 
 // verifyServerCert checks pg-server's certificate serves pg-rw.<ns>.svc

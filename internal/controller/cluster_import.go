@@ -56,6 +56,9 @@ func (r *ClusterReconciler) reconcileImportSource(ctx context.Context, c *tuskv1
 	if err := r.requireImportSourceCluster(ctx, c, imp); err != nil {
 		return nil, err
 	}
+	if err := requireLogicalImportMajor(c, imp); err != nil {
+		return nil, err
+	}
 	if err := r.requireSecretKeysAs(ctx, c, tuskv1alpha1.ReasonImportSourceInvalid, field+".passwordSecret", imp.Source.PasswordSecret.Name, imp.Source.PasswordSecret.Key); err != nil {
 		return nil, err
 	}
@@ -65,6 +68,26 @@ func (r *ClusterReconciler) reconcileImportSource(ctx context.Context, c *tuskv1
 		}
 	}
 	return &recoverySource{imp: resolvedImport(c, imp)}, nil
+}
+
+// minLogicalImportMajor is the first PostgreSQL major whose subscriptions
+// apply as each table's owner. Before it they apply as a superuser, so the
+// owner of any imported table could run code as superuser here (a trigger
+// ENABLE ALWAYS); the instance manager refuses such an import too.
+const minLogicalImportMajor = 16
+
+// requireLogicalImportMajor refuses a logical import whose image names a
+// major older than minLogicalImportMajor. An image that names none (a
+// digest) is left to the instance manager, which knows its server.
+func requireLogicalImportMajor(c *tuskv1alpha1.PostgresCluster, imp *tuskv1alpha1.ImportSpec) error {
+	major := imageMajor(c.Spec.Image)
+	if imp.Method != importMethodLogical || major == 0 || major >= minLogicalImportMajor {
+		return nil
+	}
+	return userError(tuskv1alpha1.ReasonImportSourceInvalid, "spec.bootstrap.initdb.import.method logical needs PostgreSQL %d or later, "+
+		"and spec.image names %d: before %d a subscription applies the source's rows as superuser, so the owner of any imported table "+
+		"could run code as superuser (a trigger ENABLE ALWAYS). Use an image of PostgreSQL %d or later, or method dump",
+		minLogicalImportMajor, major, minLogicalImportMajor, minLogicalImportMajor)
 }
 
 // requireImportSourceCluster checks a source named as a Tusk cluster: one

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,5 +171,36 @@ func TestServedByTheClusterThatCutOver(t *testing.T) {
 	}
 	if got := services[0].Spec.Selector[LabelRole]; got != string(instanceapi.RolePrimary) {
 		t.Errorf("old-rw selects role %q, want the primary", got)
+	}
+}
+
+// TestLogicalImportNeedsPostgres16: a logical import into an image that
+// names PostgreSQL 15 is refused with a reason and a message that says
+// why; 16 and later, a dump import, and an image naming no version pass.
+func TestLogicalImportNeedsPostgres16(t *testing.T) {
+	for _, tt := range []struct {
+		image, method string
+		refused       bool
+	}{
+		{"postgres:15.8", "logical", true},
+		{"registry.example/tusk/postgres:13-bookworm", "logical", true},
+		{"postgres:16.4", "logical", false},
+		{"postgres:17", "logical", false},
+		{"postgres:15.8", "dump", false},
+		{"postgres:15.8", "", false},
+		{"postgres@sha256:0123", "logical", false},
+	} {
+		c := importCluster()
+		c.Spec.Image = tt.image
+		initDB(c).Import.Method = tt.method
+		err := requireLogicalImportMajor(c, initDB(c).Import)
+		se, ok := asSpecError(err)
+		switch {
+		case !tt.refused && err != nil:
+			t.Errorf("%s, method %q: %v, want no refusal", tt.image, tt.method, err)
+		case tt.refused && (!ok || se.reason != tuskv1alpha1.ReasonImportSourceInvalid ||
+			!strings.Contains(se.message, "16 or later") || !strings.Contains(se.message, "superuser")):
+			t.Errorf("%s, method %q: %v, want an ImportSourceInvalid refusal saying 16 or later and why", tt.image, tt.method, err)
+		}
 	}
 }

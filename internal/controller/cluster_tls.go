@@ -82,8 +82,8 @@ func (r *ClusterReconciler) reconcileTLS(ctx context.Context, c *tuskv1alpha1.Po
 	if err != nil {
 		return nil, err
 	}
-	operator, err := keepOrIssue(caData, keyOperatorCert, keyOperatorKey, clientCA, nil, func() (pki.KeyPair, error) {
-		return pki.IssueClient(clientCA, OperatorClientCN, leafValidity, now)
+	operator, err := keepOrIssue(operatorCertData(caData), keyOperatorCert, keyOperatorKey, clientCA, nil, func() (pki.KeyPair, error) {
+		return pki.IssueIdentityClient(clientCA, OperatorClientCN, instanceapi.OperatorIdentity, leafValidity, now)
 	})
 	if err != nil {
 		return nil, err
@@ -223,6 +223,19 @@ func keepOrIssue(data map[string][]byte, certKey, keyKey string, ca pki.KeyPair,
 		}
 	}
 	return issue()
+}
+
+// operatorCertData is caData when its operator certificate names the
+// operator's identity, and nothing otherwise: a certificate an older Tusk
+// issued (CN tusk-operator alone, which a PostgresRole's certificate could
+// also have) is replaced at once. Instance managers of that older Tusk
+// check the CN only, so they accept the new certificate too.
+func operatorCertData(caData map[string][]byte) map[string][]byte {
+	cert, err := pki.ParseCertificate(caData[keyOperatorCert])
+	if err != nil || !pki.HasIdentity(cert, instanceapi.OperatorIdentity) {
+		return nil
+	}
+	return caData
 }
 
 // endsWithCA says the certificate is valid now and ends when its CA does.

@@ -132,6 +132,11 @@ func (r *SQLReconciler) reconcileObject(ctx context.Context, o client.Object) (*
 		return nil, err
 	}
 	outcome := r.apply(ctx, c, body)
+	if r.kind.afterApply != nil {
+		if err := r.kind.afterApply(ctx, r, o, c, &outcome); err != nil {
+			return nil, err
+		}
+	}
 	if r.kind.observe != nil && outcome.reason == tuskv1alpha1.ReasonApplied {
 		r.kind.observe(ctx, r, o, c)
 		// A slot fills pg_wal in minutes under a bulk load: look often.

@@ -189,19 +189,35 @@ func TestDatabaseFinalizerFollowsReclaimPolicy(t *testing.T) {
 	})
 }
 
-// TestRoleClientCertificate: a role with clientCertificate gets a Secret
-// with a certificate for its name from the cluster's client CA, owned by
-// the PostgresRole, and loses it when it no longer asks.
+// TestRoleClientCertificate: a role with clientCertificate gets no
+// certificate while the primary has not applied it (here, as the cluster
+// has no primary under envtest), and its status says so; once applied, a
+// Secret with a certificate for its name from the cluster's client CA,
+// owned by the PostgresRole, which it loses when it no longer asks.
 func TestRoleClientCertificate(t *testing.T) {
 	ns := newNamespace(t)
 	create(t, newCluster(ns))
 	role := newRole(ns, "reporter", "pg")
 	role.Spec.ClientCertificate = true
 	create(t, role)
+	sqlObjectWhen(t, role, roleStatus, tuskv1alpha1.ReasonWaitingForPrimary,
+		"the client certificate (Secret reporter-client-tls) is issued once the role is applied")
 	s := &corev1.Secret{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "reporter-client-tls"}, s); !apierrors.IsNotFound(err) {
+		t.Fatalf("the certificate Secret of a role not applied yet: %v, want none", err)
+	}
+	// The primary applied the role: what the reconciler does next.
+	r := &SQLReconciler{Client: env.Client, secrets: secretReader{cached: env.Client, api: env.Client}, api: env.Client}
+	applied := sqlApply{reason: tuskv1alpha1.ReasonApplied, message: "applied on the primary pg-1: created role app_user"}
 	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
-		return env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "reporter-client-tls"}, s)
+		return r.issueRoleCertificateWhenApplied(ctx, role, get(t, ns, "pg", &tuskv1alpha1.PostgresCluster{}), &applied)
 	})
+	if applied.reason != tuskv1alpha1.ReasonApplied || !strings.HasSuffix(applied.message, "; its client certificate is in Secret reporter-client-tls") {
+		t.Errorf("after issuing: %s %q, want Applied naming the Secret", applied.reason, applied.message)
+	}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "reporter-client-tls"}, s); err != nil {
+		t.Fatal(err)
+	}
 	ca := get(t, ns, "pg-ca", &corev1.Secret{})
 	if err := pki.SignedBy(s.Data["tls.crt"], ca.Data["ca.crt"]); err != nil {
 		t.Errorf("the role's certificate is not from the cluster's client CA: %v", err)
@@ -229,4 +245,42 @@ func TestRoleClientCertificate(t *testing.T) {
 		}
 		return fmt.Errorf("the certificate Secret is still there: %w", err)
 	})
+}
+
+// TestSubscriptionRefusedBeforePostgres16: on a cluster whose data is
+// PostgreSQL 15 a subscription would apply rows as superuser (any
+// subscribed table's owner could run code as superuser with a trigger):
+// the operator refuses it without asking the primary, its conditions
+// naming the version and why.
+func TestSubscriptionRefusedBeforePostgres16(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newCluster(ns))
+	key := client.ObjectKey{Namespace: ns, Name: "pg"}
+	clusterWhen(t, key, creating)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c := &tuskv1alpha1.PostgresCluster{}
+		if err := env.Client.Get(context.Background(), key, c); err != nil {
+			return err
+		}
+		c.Status.PostgresMajor = 15
+		return env.Client.Status().Update(context.Background(), c, client.FieldOwner(StatusOwner))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := &tuskv1alpha1.PostgresSubscription{
+		ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: ns},
+		Spec: tuskv1alpha1.PostgresSubscriptionSpec{Cluster: corev1.LocalObjectReference{Name: "pg"}, Name: "orders_sub", Database: "app",
+			Publications: []string{"orders"}, Source: tuskv1alpha1.SubscriptionSource{
+				ConnectionSecret: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "publisher"}, Key: "conninfo"}}},
+	}
+	create(t, sub)
+	subStatus := func(o client.Object) *tuskv1alpha1.SQLObjectStatus {
+		return &o.(*tuskv1alpha1.PostgresSubscription).Status
+	}
+	sqlObjectWhen(t, sub, subStatus, tuskv1alpha1.ReasonApplyRefused, "runs PostgreSQL 15, whose subscriptions apply rows as their owner, a superuser")
+	ready := meta.FindStatusCondition(sub.Status.Conditions, tuskv1alpha1.ConditionReady)
+	if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != tuskv1alpha1.ReasonApplyRefused || !strings.Contains(ready.Message, "16 or later") {
+		t.Errorf("Ready %+v, want False ApplyRefused saying 16 or later", ready)
+	}
 }

@@ -38,6 +38,10 @@ type sqlKind struct {
 	// observe, when set, looks at what follows an apply (a subscription's
 	// slot on its publisher) and sets the object's other conditions.
 	observe func(context.Context, *SQLReconciler, client.Object, *tuskv1alpha1.PostgresCluster)
+	// afterApply, when set, does what must wait for the apply's outcome
+	// (a role's client certificate, once the role is what its spec says)
+	// and may change that outcome's condition.
+	afterApply func(context.Context, *SQLReconciler, client.Object, *tuskv1alpha1.PostgresCluster, *sqlApply) error
 }
 
 // sqlSpecError is what the operator refuses before asking the primary:
@@ -81,11 +85,14 @@ func roleKind() sqlKind {
 		},
 		// Deleting a PostgresRole leaves the role: ensure: absent drops it.
 		dropsOnDelete: func(client.Object) bool { return false },
+		afterApply: func(ctx context.Context, r *SQLReconciler, o client.Object, c *tuskv1alpha1.PostgresCluster, outcome *sqlApply) error {
+			return r.issueRoleCertificateWhenApplied(ctx, role(o), c, outcome)
+		},
 		request: func(ctx context.Context, r *SQLReconciler, o client.Object, c *tuskv1alpha1.PostgresCluster) (any, error) {
 			if err := superuserAllowed(role(o).Spec, c); err != nil {
 				return nil, err
 			}
-			if err := r.reconcileRoleCertificate(ctx, role(o), c); err != nil {
+			if err := r.removeUnwantedRoleCertificate(ctx, role(o)); err != nil {
 				return nil, err
 			}
 			var password *string

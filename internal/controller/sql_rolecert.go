@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,16 +18,55 @@ import (
 // roleCertSecretName is the Secret of a PostgresRole's client certificate.
 func roleCertSecretName(role *tuskv1alpha1.PostgresRole) string { return role.Name + "-client-tls" }
 
-// reconcileRoleCertificate keeps the role's client certificate Secret while
-// spec.clientCertificate asks for it, and removes it otherwise. The
+// wantsCertificate says whether the role asks for a client certificate.
+func wantsCertificate(role *tuskv1alpha1.PostgresRole) bool {
+	return role.Spec.ClientCertificate && role.Spec.Ensure != tuskv1alpha1.EnsureAbsent
+}
+
+// removeUnwantedRoleCertificate removes the role's client certificate
+// Secret when spec.clientCertificate no longer asks for it, before the
+// apply: a certificate outlives nothing it was issued for.
+func (r *SQLReconciler) removeUnwantedRoleCertificate(ctx context.Context, role *tuskv1alpha1.PostgresRole) error {
+	if wantsCertificate(role) {
+		return nil
+	}
+	return r.deleteRoleCertificate(ctx, role, roleCertSecretName(role))
+}
+
+// issueRoleCertificateWhenApplied keeps the role's client certificate
+// Secret once the primary applied the role as its spec says, and not
+// before: a role the primary refused (or has not seen yet) gets no
+// credential, whatever its name. The outcome's message says where the
+// certificate is, or that it waits for the apply.
+func (r *SQLReconciler) issueRoleCertificateWhenApplied(ctx context.Context, role *tuskv1alpha1.PostgresRole, c *tuskv1alpha1.PostgresCluster, outcome *sqlApply) error {
+	if !wantsCertificate(role) {
+		return nil
+	}
+	name := roleCertSecretName(role)
+	if outcome.reason != tuskv1alpha1.ReasonApplied {
+		outcome.message += fmt.Sprintf("; the client certificate (Secret %s) is issued once the role is applied", name)
+		return nil
+	}
+	err := r.reconcileRoleCertificate(ctx, role, c)
+	if se, ok := errors.AsType[*sqlSpecError](err); ok {
+		outcome.reason, outcome.retry = se.reason, sqlRetryRefused
+		outcome.message = fmt.Sprintf("the role is applied, but its client certificate is not issued: %s", se.msg)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	outcome.message += fmt.Sprintf("; its client certificate is in Secret %s", name)
+	return nil
+}
+
+// reconcileRoleCertificate keeps the role's client certificate Secret. The
 // certificate comes from the cluster's client CA, the only CA its
 // PostgreSQL trusts client certificates from, so it logs in to this
-// cluster alone; its ca.crt is the CA that signed the server's.
+// cluster alone; its ca.crt is the CA that signed the server's. It names
+// no identity: the instance API refuses it whatever its CommonName.
 func (r *SQLReconciler) reconcileRoleCertificate(ctx context.Context, role *tuskv1alpha1.PostgresRole, c *tuskv1alpha1.PostgresCluster) error {
 	name := roleCertSecretName(role)
-	if !role.Spec.ClientCertificate || role.Spec.Ensure == tuskv1alpha1.EnsureAbsent {
-		return r.deleteRoleCertificate(ctx, role, name)
-	}
 	caData, err := r.secrets.data(ctx, c.Namespace, caSecretName(c))
 	if err != nil {
 		return err

@@ -50,7 +50,10 @@ func subscriptionKind() sqlKind {
 			return names
 		},
 		dropsOnDelete: func(client.Object) bool { return true },
-		request: func(ctx context.Context, r *SQLReconciler, o client.Object, _ *tuskv1alpha1.PostgresCluster) (any, error) {
+		request: func(ctx context.Context, r *SQLReconciler, o client.Object, c *tuskv1alpha1.PostgresCluster) (any, error) {
+			if err := subscriptionAllowed(c); err != nil {
+				return nil, err
+			}
 			return r.subscriptionRequest(ctx, sub(o))
 		},
 		drop: func(ctx context.Context, r *SQLReconciler, o client.Object, _ *tuskv1alpha1.PostgresCluster) (any, error) {
@@ -63,6 +66,25 @@ func subscriptionKind() sqlKind {
 			r.observeSlot(ctx, sub(o))
 		},
 	}
+}
+
+// minSubscriptionMajor is the first PostgreSQL major whose subscriptions
+// apply as each table's owner. Before it they apply as their owner, a
+// superuser, so the owner of any subscribed table could run code as
+// superuser (a trigger ENABLE ALWAYS).
+const minSubscriptionMajor = 16
+
+// subscriptionAllowed refuses a subscription on a cluster whose data is
+// older than minSubscriptionMajor, before asking its primary (which
+// refuses it too, also when the operator does not know the major yet).
+func subscriptionAllowed(c *tuskv1alpha1.PostgresCluster) error {
+	major := c.Status.PostgresMajor
+	if major == 0 || major >= minSubscriptionMajor {
+		return nil
+	}
+	return refusedErrorf("the PostgresCluster %s runs PostgreSQL %d, whose subscriptions apply rows as their owner, a superuser, "+
+		"so the owner of any subscribed table could run code as superuser (a trigger ENABLE ALWAYS): subscriptions need "+
+		"PostgreSQL %d or later, which applies as each table's owner; upgrade the cluster first", c.Name, major, minSubscriptionMajor)
 }
 
 // subscriptionRequest builds the subscription's request, reading its

@@ -91,6 +91,9 @@ func (m *Manager) importing() bool {
 // which the next attempt removes: nothing half-imported ever serves.
 func (m *Manager) importPrimary(ctx context.Context, dir string) error {
 	imp := m.opts.Import
+	if err := refuseLogicalImportBefore16(imp.Method, m.opts.MajorVersion); err != nil {
+		return err
+	}
 	m.setRecoveryStep("", fmt.Sprintf("creating the new cluster to import %s from %s:%d", strings.Join(imp.Databases, ", "), imp.Host, imp.Port))
 	if err := m.runInitdb(ctx, dir); err != nil {
 		return err

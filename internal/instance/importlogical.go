@@ -93,6 +93,24 @@ func writeImportState(dataDir string, st *importState) error {
 	return fsutil.WriteFileAtomically(importStatePath(dataDir), data)
 }
 
+// minLogicalImportMajor is the first PostgreSQL major whose subscriptions
+// apply as each table's owner (run_as_owner = false). Before it they
+// apply as their owner, a superuser: whoever owns a table on the source
+// owns it here too (the schema's restore keeps owners) and could run code
+// as this cluster's superuser with a trigger ENABLE ALWAYS.
+const minLogicalImportMajor = 16
+
+// refuseLogicalImportBefore16 refuses a logical import into a server older
+// than minLogicalImportMajor, before anything is created.
+func refuseLogicalImportBefore16(method string, major int) error {
+	if method != importMethodLogical || major >= minLogicalImportMajor {
+		return nil
+	}
+	return fmt.Errorf("a logical import needs PostgreSQL %d or later, and this cluster's image runs PostgreSQL %d: its subscriptions "+
+		"would apply the source's rows as superuser, so the owner of any imported table could run code as superuser (a trigger ENABLE ALWAYS). "+
+		"Use an image of PostgreSQL %d or later, or import with method dump", minLogicalImportMajor, major, minLogicalImportMajor)
+}
+
 // prepareLogicalImport readies one database's subscription during the
 // bootstrap, after its schema was restored: the slot on the source (made
 // now, so the changes from here on are kept for it) and the subscription,
@@ -141,8 +159,11 @@ func (m *Manager) prepareLogicalImport(ctx context.Context, dir string, db sourc
 	// synchronous_commit = on: an applied change is acknowledged to the
 	// source only once this cluster's synchronous standbys have it too,
 	// so the cutover, which waits for those acknowledgements, loses
-	// nothing to a failover right after it.
-	stmt := fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION %s PUBLICATION %s WITH (connect = false, synchronous_commit = 'on')",
+	// nothing to a failover right after it. run_as_owner = false (16's
+	// default, said anyway): the apply runs as each table's owner, not as
+	// the superuser who owns the subscription.
+	stmt := fmt.Sprintf("CREATE SUBSCRIPTION %s CONNECTION %s PUBLICATION %s "+
+		"WITH (connect = false, synchronous_commit = 'on', run_as_owner = false)",
 		ident(name), literal(conninfo), ident(imp.Publication))
 	if _, err := local.Exec(ctx, stmt); err != nil {
 		return fmt.Errorf("while creating the subscription %s of the database %s: %s", name, db.name, sqlobjects.RedactConnInfo(err.Error(), conninfo))

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"tusk.dev/tusk/internal/instanceapi"
+	"tusk.dev/tusk/internal/pki"
 )
 
 // startHTTP serves status, probes, metrics and the operator's commands:
@@ -128,9 +129,18 @@ func (m *Manager) requireClientCert(next http.Handler) http.Handler {
 				"error": "a client certificate signed by the cluster's CA is required"})
 			return
 		}
-		if cn := r.TLS.VerifiedChains[0][0].Subject.CommonName; cn != want {
+		leaf := r.TLS.VerifiedChains[0][0]
+		if cn := leaf.Subject.CommonName; cn != want {
 			writeJSON(w, http.StatusForbidden, map[string]string{
 				"error": fmt.Sprintf("the client certificate's common name %q is not allowed here; only %q is", cn, want)})
+			return
+		}
+		// The client CA also issues PostgresRoles' certificates, with the
+		// role's name as CommonName: only the operator's names its identity.
+		if !pki.HasIdentity(leaf, instanceapi.OperatorIdentity) {
+			writeJSON(w, http.StatusForbidden, map[string]string{
+				"error": fmt.Sprintf("the client certificate %q lacks the operator's identity (URI %s): a certificate issued "+
+					"for a PostgreSQL role is not allowed here, whatever its name", leaf.Subject.CommonName, instanceapi.OperatorIdentity)})
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -124,8 +124,14 @@ func (f *tlsFixture) client(t *testing.T, ca pki.KeyPair, cn string) *pki.KeyPai
 
 func TestHTTPSRequiresTheOperatorsClientCertificate(t *testing.T) {
 	f := newTLSFixture(t)
-	operator := f.client(t, f.ca, instanceapi.DefaultAPIClientCN)
+	operator, err := pki.IssueIdentityClient(f.ca, instanceapi.DefaultAPIClientCN, instanceapi.OperatorIdentity, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
 	stranger := f.client(t, f.ca, "somebody")
+	// A PostgresRole named tusk-operator gets this from the operator
+	// (sql_rolecert.go): the client CA, the role's name as CommonName.
+	role := f.client(t, f.ca, instanceapi.DefaultAPIClientCN)
 	tests := []struct {
 		path     string
 		client   *pki.KeyPair
@@ -134,7 +140,9 @@ func TestHTTPSRequiresTheOperatorsClientCertificate(t *testing.T) {
 	}{
 		{instanceapi.PathStatus, nil, http.StatusUnauthorized, "client certificate signed by the cluster's CA is required"},
 		{instanceapi.PathStatus, stranger, http.StatusForbidden, `common name "somebody" is not allowed`},
-		{instanceapi.PathStatus, operator, http.StatusOK, ""},
+		{instanceapi.PathStatus, &operator, http.StatusOK, ""},
+		{instanceapi.PathStatus, role, http.StatusForbidden, "lacks the operator's identity"},
+		{instanceapi.PathRestart, role, http.StatusForbidden, "a certificate issued for a PostgreSQL role is not allowed here"},
 		{instanceapi.PathRestart, nil, http.StatusUnauthorized, "is required"},
 		{instanceapi.PathHealthz, nil, http.StatusOK, ""},
 		// Not ready (no postgres), but answered without a certificate.

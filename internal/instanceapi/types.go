@@ -135,6 +135,13 @@ const LabelRole = "tusk.dev/role"
 // the /v1 commands require it (the probes and /metrics do not).
 const DefaultAPIClientCN = "tusk-operator"
 
+// OperatorIdentity is the URI subject alternative name of the operator's
+// client certificate, which the instance manager requires besides the
+// CommonName: a PostgresRole's certificate comes from the same CA with the
+// role's name as CommonName (a role may be called tusk-operator) and never
+// carries a URI.
+const OperatorIdentity = "urn:tusk.dev:operator"
+
 // Role is the replication role of an instance.
 type Role string
 

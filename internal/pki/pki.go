@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -92,6 +93,37 @@ func IssueClient(ca KeyPair, commonName string, validity time.Duration, now time
 		return KeyPair{}, fmt.Errorf("while issuing the client certificate %q: %w", commonName, err)
 	}
 	return kp, nil
+}
+
+// IssueIdentityClient is IssueClient with identity as the certificate's
+// one URI subject alternative name. IssueClient never sets a URI, so a
+// certificate made for a role, whatever its CommonName, cannot carry an
+// identity: a server that requires one tells its peer from any role.
+func IssueIdentityClient(ca KeyPair, commonName, identity string, validity time.Duration, now time.Time) (KeyPair, error) {
+	uri, err := url.Parse(identity)
+	if err != nil {
+		return KeyPair{}, fmt.Errorf("while reading the identity %q: %w", identity, err)
+	}
+	if uri.Scheme == "" {
+		return KeyPair{}, fmt.Errorf("the identity %q is not an absolute URI", identity)
+	}
+	template := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: commonName},
+		URIs:        []*url.URL{uri},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	kp, err := issueSigned(ca, template, validity, now)
+	if err != nil {
+		return KeyPair{}, fmt.Errorf("while issuing the client certificate %q of %s: %w", commonName, identity, err)
+	}
+	return kp, nil
+}
+
+// HasIdentity says whether cert names identity among its URI subject
+// alternative names.
+func HasIdentity(cert *x509.Certificate, identity string) bool {
+	return slices.ContainsFunc(cert.URIs, func(u *url.URL) bool { return u.String() == identity })
 }
 
 // issueSigned signs template with the CA's key.

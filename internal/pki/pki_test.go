@@ -358,3 +358,39 @@ func pkcs8Key(t *testing.T, k any) []byte {
 	}
 	return der
 }
+
+// TestIdentityClient: only IssueIdentityClient's certificates name an
+// identity, so a server that requires one tells them from IssueClient's
+// whatever their CommonName.
+func TestIdentityClient(t *testing.T) {
+	now := time.Now()
+	ca := mustCA(t, "tusk test CA")
+	const identity = "urn:tusk.dev:operator"
+	withIdentity, err := IssueIdentityClient(ca, "tusk-operator", identity, year, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := IssueClient(ca, "tusk-operator", year, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		kp   KeyPair
+		want bool
+	}{{"IssueIdentityClient", withIdentity, true}, {"IssueClient of the same name", plain, false}} {
+		cert, err := ParseCertificate(tt.kp.CertPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := HasIdentity(cert, identity); got != tt.want || cert.Subject.CommonName != "tusk-operator" {
+			t.Errorf("%s: HasIdentity = %v (CN %q), want %v", tt.name, got, cert.Subject.CommonName, tt.want)
+		}
+		if got := HasIdentity(cert, "urn:tusk.dev:someone-else"); got {
+			t.Errorf("%s names another identity", tt.name)
+		}
+	}
+	if _, err := IssueIdentityClient(ca, "x", "not a uri", year, now); err == nil {
+		t.Error("an identity that is no absolute URI was accepted")
+	}
+}

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -44,6 +45,26 @@ func RequirePostgres(t testing.TB) string {
 	dir, err := PostgresBinDir()
 	if err != nil {
 		missing(t, err)
+	}
+	return dir
+}
+
+// RequirePostgres16 returns the bin directory of PostgreSQL 16 or later
+// for tests of what Tusk allows only there (subscriptions, logical
+// imports): $TUSK_PG_BINDIR when it is that new, else $TUSK_PG_BINDIR_17
+// (hack/install-postgres-rootfs.sh 17; make integration sets it). Without
+// one, the test stops as RequirePostgres's does.
+func RequirePostgres16(t testing.TB) string {
+	t.Helper()
+	if dir, err := PostgresBinDir(); err == nil && majorOfDir(dir) >= 16 {
+		return dir
+	}
+	dir := os.Getenv("TUSK_PG_BINDIR_17")
+	if dir == "" {
+		missing(t, errors.New("no PostgreSQL 16 or later: set TUSK_PG_BINDIR_17 to the output of hack/install-postgres-rootfs.sh 17"))
+	}
+	if _, err := os.Stat(filepath.Join(dir, "initdb")); err != nil { //nolint:gosec // a directory the developer or CI chose
+		missing(t, fmt.Errorf("TUSK_PG_BINDIR_17: %w", err))
 	}
 	return dir
 }

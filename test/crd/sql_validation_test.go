@@ -49,6 +49,9 @@ spec:
 `
 )
 
+// reservedRole is the refusal of a role name that is Tusk's.
+const reservedRole = "postgres and the names starting with tusk_ or tusk- are Tusk's own"
+
 // TestInvalidSQLObjectsAreRejectedOnCreate is the table of specs the API
 // server refuses, with the message a user reads.
 func TestInvalidSQLObjectsAreRejectedOnCreate(t *testing.T) {
@@ -56,11 +59,14 @@ func TestInvalidSQLObjectsAreRejectedOnCreate(t *testing.T) {
 	cases := []struct {
 		name, base, overlay, want string
 	}{
-		{"Tusk's superuser", baseRole, `spec: {name: postgres}`, "this role is Tusk's own and cannot be managed"},
-		{"Tusk's replication role", baseRole, `spec: {name: tusk_replication}`, "this role is Tusk's own and cannot be managed"},
-		{"Tusk's monitoring role", baseRole, `spec: {name: tusk_monitor}`, "this role is Tusk's own and cannot be managed"},
-		{"Tusk's probe role", baseRole, `spec: {name: tusk_probe}`, "this role is Tusk's own and cannot be managed"},
-		{"Tusk's certificate login group", baseRole, `spec: {name: tusk_cert_login}`, "this role is Tusk's own and cannot be managed"},
+		{"Tusk's superuser", baseRole, `spec: {name: postgres}`, reservedRole},
+		{"Tusk's replication role", baseRole, `spec: {name: tusk_replication}`, reservedRole},
+		{"Tusk's monitoring role", baseRole, `spec: {name: tusk_monitor}`, reservedRole},
+		{"Tusk's probe role", baseRole, `spec: {name: tusk_probe}`, reservedRole},
+		{"Tusk's certificate login group", baseRole, `spec: {name: tusk_cert_login}`, reservedRole},
+		{"the operator's certificate name", baseRole, `spec: {name: tusk-operator}`, reservedRole},
+		{"a future Tusk role", baseRole, `spec: {name: tusk_anything}`, reservedRole},
+		{"a future Tusk name", baseRole, `spec: {name: tusk-anything}`, reservedRole},
 		{"a predefined role", baseRole, `spec: {name: pg_monitor}`, "role names starting with pg_ are PostgreSQL's own"},
 		{"a role name with a quote", baseRole, `spec: {name: "a\"b"}`, "spec.name in body should match"},
 		{"a role name too long", baseRole, `spec: {name: ` + longName + `}`, "spec.name: Too long"},

@@ -128,6 +128,9 @@ CREATE TABLE items (id bigserial PRIMARY KEY, note text NOT NULL)`)
 	createSecret(t, ns, "migrator", map[string][]byte{"password": []byte("migrate-me")})
 
 	dst := newCluster(ns, "dst", 1)
+	// A logical import needs PostgreSQL 16 or later (its subscription
+	// applies as each table's owner there, not as superuser).
+	dst.Spec.Image = "tusk/postgres:17"
 	dst.Spec.PostgreSQL.Synchronous = tuskv1alpha1.SynchronousSpec{Mode: tuskv1alpha1.SynchronousOff}
 	dst.Spec.Bootstrap = &tuskv1alpha1.BootstrapSpec{InitDB: &tuskv1alpha1.InitDBSpec{Import: &tuskv1alpha1.ImportSpec{
 		Source: tuskv1alpha1.ImportSource{Cluster: "src", User: "migrator",

@@ -6,6 +6,7 @@ package instance
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -120,6 +121,9 @@ type nodeOptions struct {
 	tls *clusterPKI
 	// extraArgs are appended to the command line.
 	extraArgs []string
+	// binDir, when set, runs another PostgreSQL than pgBinDir
+	// (testenv.RequirePostgres16).
+	binDir string
 }
 
 func writeSecret(t testing.TB, dir, name, value string) string {
@@ -154,7 +158,7 @@ func startNode(t testing.TB, name string, o nodeOptions) *node {
 	}
 	secrets := filepath.Join(n.dir, "secrets")
 	args := []string{"instance", "run", "--name", name, "--cluster", n.cluster(),
-		"--pgdata", filepath.Join(n.dir, "pgdata"), "--pg-bindir", pgBinDir,
+		"--pgdata", filepath.Join(n.dir, "pgdata"), "--pg-bindir", cmp.Or(o.binDir, pgBinDir),
 		"--port", strconv.Itoa(n.port), "--listen-addresses", "127.0.0.1",
 		"--socket-dir", filepath.Join(n.dir, "socket"), "--run-dir", filepath.Join(n.dir, "run"),
 		"--http-addr", fmt.Sprintf("127.0.0.1:%d", n.httpPort), "--role", string(o.role),

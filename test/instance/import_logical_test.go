@@ -4,6 +4,7 @@ package instance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"tusk.dev/tusk/internal/instanceapi"
+	"tusk.dev/tusk/internal/testenv"
 )
 
 // TestLogicalImportCutover: a logical import copies the schema at
@@ -177,6 +179,24 @@ func checkAcksArrived(t *testing.T, n *node, acked map[[2]int]bool) {
 // verified TLS, and waits until the import replicates.
 func startLogicalImportPair(t *testing.T, prefix string) (source, n *node) {
 	t.Helper()
+	// The importing cluster runs PostgreSQL 16 or later: Tusk refuses a
+	// logical import before (TestLogicalImportRefusedBefore16).
+	source, n = startLogicalImport(t, prefix, testenv.RequirePostgres16(t))
+	n.waitReady(instanceapi.RolePrimary)
+	n.waitFor("the import replicating", func(st instanceapi.Status) error {
+		if st.Import == nil || st.Import.Phase != "Replicating" {
+			return fmt.Errorf("import %+v", st.Import)
+		}
+		return nil
+	})
+	return source, n
+}
+
+// startLogicalImport starts the source of startLogicalImportPair and a new
+// primary of binDir's PostgreSQL importing from it, without waiting for
+// the import.
+func startLogicalImport(t *testing.T, prefix, binDir string) (source, n *node) {
+	t.Helper()
 	sourcePKI, ownPKI := newClusterPKI(t), newClusterPKI(t)
 	source = startNode(t, prefix+"src-1", nodeOptions{role: instanceapi.RolePrimary, tls: sourcePKI,
 		config: &instanceapi.Config{Parameters: map[string]string{"wal_level": "logical"}}})
@@ -199,18 +219,44 @@ CREATE PUBLICATION tusk_import FOR ALL TABLES`)
 		t.Fatal(err)
 	}
 	chown(t, secrets)
-	n = startNode(t, prefix+"imp-1", nodeOptions{role: instanceapi.RolePrimary, tls: ownPKI, extraArgs: []string{
+	n = startNode(t, prefix+"imp-1", nodeOptions{role: instanceapi.RolePrimary, tls: ownPKI, binDir: binDir, extraArgs: []string{
 		"--import-host", "127.0.0.1", "--import-port", strconv.Itoa(source.port), "--import-method", "logical",
 		"--import-user", "migrator", "--import-password-file", writeSecret(t, secrets, "password", "migrate-me"),
 		"--import-sslmode", "verify-full", "--import-ca-file", filepath.Join(caDir, "ca.crt"), "--import-database", "shop"}})
-	n.waitReady(instanceapi.RolePrimary)
-	n.waitFor("the import replicating", func(st instanceapi.Status) error {
-		if st.Import == nil || st.Import.Phase != "Replicating" {
-			return fmt.Errorf("import %+v", st.Import)
+	return source, n
+}
+
+// TestLogicalImportRefusedBefore16: a logical import into PostgreSQL 15,
+// whose subscription would apply the source's rows as superuser (so the
+// owner of any imported table could run code as superuser with a
+// trigger), is refused before anything is made: the status says why, no
+// data directory, no slot on the source.
+func TestLogicalImportRefusedBefore16(t *testing.T) {
+	if major, _ := strconv.Atoi(filepath.Base(filepath.Dir(pgBinDir))); major >= 16 {
+		t.Skipf("TUSK_PG_BINDIR %s is PostgreSQL 16 or later: the refusal is for 13 to 15", pgBinDir)
+	}
+	source, n := startLogicalImport(t, "r", "")
+	n.waitFor("the refusal", func(st instanceapi.Status) error {
+		if !strings.Contains(st.LastError, "a logical import needs PostgreSQL 16 or later") {
+			return fmt.Errorf("last error %q", st.LastError)
 		}
 		return nil
 	})
-	return source, n
+	st, _ := n.status(context.Background())
+	for _, want := range []string{"PostgreSQL 15", "superuser", "method dump"} {
+		if !strings.Contains(st.LastError, want) {
+			t.Errorf("the refusal %q does not say %q", st.LastError, want)
+		}
+	}
+	if st.Import != nil || st.Role == instanceapi.RolePrimary && st.Ready {
+		t.Errorf("the refused import: %+v, want no import and no ready primary", st)
+	}
+	if _, err := os.Stat(filepath.Join(n.dir, "pgdata", "PG_VERSION")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a data directory was made for the refused import (%v)", err)
+	}
+	if got := mustInShop(t, source, "SELECT count(*)::text FROM pg_replication_slots"); got != "0" {
+		t.Errorf("%s slots on the source after the refusal, want none", got)
+	}
 }
 
 // inShop runs sql in n's database shop as user and returns its one value.

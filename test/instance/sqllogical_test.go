@@ -37,7 +37,9 @@ const fakeCA = "-----BEGIN CERTIFICATE-----\nTUlJQg==\n-----END CERTIFICATE-----
 func TestManagedLogicalReplication(t *testing.T) {
 	logEverything := &instanceapi.Config{Parameters: map[string]string{"log_statement": "all"}}
 	a := startNode(t, "logical-a", nodeOptions{role: instanceapi.RolePrimary})
-	b := startNode(t, "logical-b", nodeOptions{role: instanceapi.RolePrimary, config: logEverything})
+	// B subscribes: PostgreSQL 16 or later, as Tusk refuses subscriptions
+	// before (TestSubscriptionRefusedBefore16).
+	b := startNode(t, "logical-b", nodeOptions{role: instanceapi.RolePrimary, config: logEverything, binDir: testenv.RequirePostgres16(t)})
 	a.waitReady(instanceapi.RolePrimary)
 	b.waitReady(instanceapi.RolePrimary)
 	for _, n := range []*node{a, b} {

@@ -53,7 +53,11 @@ func newClusterPKIFrom(t testing.TB, ca, clientCA pki.KeyPair) *clusterPKI {
 	p := &clusterPKI{t: t, ca: ca, clientCA: clientCA}
 	p.server = p.issueServer()
 	p.repl = p.issueClient("tusk_replication")
-	p.operator = p.issueClient(instanceapi.DefaultAPIClientCN)
+	operator, err := pki.IssueIdentityClient(clientCA, instanceapi.DefaultAPIClientCN, instanceapi.OperatorIdentity, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.operator = operator
 	return p
 }
 
@@ -219,6 +223,10 @@ func assertCertReplication(t *testing.T, primary *node, standby string) {
 
 func testAPIClientCerts(t *testing.T, p *clusterPKI, n *node) {
 	stranger := p.issueClient("somebody")
+	// A PostgresRole named tusk-operator: its certificate comes from the
+	// client CA with the role's name as CommonName, as the operator issues
+	// it (sql_rolecert.go).
+	role := p.issueClient(instanceapi.DefaultAPIClientCN)
 	tests := []struct {
 		name     string
 		client   *http.Client
@@ -228,6 +236,8 @@ func testAPIClientCerts(t *testing.T, p *clusterPKI, n *node) {
 		{"status without a certificate", p.httpClient(nil), instanceapi.PathStatus, http.StatusUnauthorized},
 		{"status as another CN", p.httpClient(&stranger), instanceapi.PathStatus, http.StatusForbidden},
 		{"promote as another CN", p.httpClient(&stranger), instanceapi.PathPromote, http.StatusForbidden},
+		{"status as a role named tusk-operator", p.httpClient(&role), instanceapi.PathStatus, http.StatusForbidden},
+		{"promote as a role named tusk-operator", p.httpClient(&role), instanceapi.PathPromote, http.StatusForbidden},
 		{"status as the operator", p.httpClient(&p.operator), instanceapi.PathStatus, http.StatusOK},
 		{"readyz without a certificate", p.httpClient(nil), instanceapi.PathReadyz, http.StatusOK},
 		{"healthz without a certificate", p.httpClient(nil), instanceapi.PathHealthz, http.StatusOK},

@@ -117,6 +117,10 @@ func TestPlanSubscription(t *testing.T) {
 	existing := func(enabled bool, connInfo string, pubs ...string) subscriptionState {
 		return subscriptionState{exists: true, enabled: enabled, connInfo: connInfo, publications: pubs, slot: "sub"}
 	}
+	asOwner := func(s subscriptionState) subscriptionState {
+		s.runAsOwner = true
+		return s
+	}
 	tests := []struct {
 		name    string
 		req     instanceapi.SubscriptionRequest
@@ -124,9 +128,13 @@ func TestPlanSubscription(t *testing.T) {
 		want    []string
 	}{
 		{"create", req(nil, "p1", "p2"), subscriptionState{},
-			[]string{`CREATE SUBSCRIPTION "sub" CONNECTION 'host=a password=secret' PUBLICATION "p1", "p2"`}},
+			[]string{`CREATE SUBSCRIPTION "sub" CONNECTION 'host=a password=secret' PUBLICATION "p1", "p2" WITH (run_as_owner = false)`}},
 		{"create disabled", req(&off, "p1"), subscriptionState{},
-			[]string{`CREATE SUBSCRIPTION "sub" CONNECTION 'host=a password=secret' PUBLICATION "p1" WITH (enabled = false)`}},
+			[]string{`CREATE SUBSCRIPTION "sub" CONNECTION 'host=a password=secret' PUBLICATION "p1" WITH (run_as_owner = false, enabled = false)`}},
+		{"run as its owner", req(nil, "p1"), asOwner(existing(true, conn, "p1")),
+			[]string{`ALTER SUBSCRIPTION "sub" SET (run_as_owner = false)`}},
+		{"run as its owner, and disable", req(&off, "p1"), asOwner(existing(true, conn, "p1")),
+			[]string{`ALTER SUBSCRIPTION "sub" SET (run_as_owner = false)`, `ALTER SUBSCRIPTION "sub" DISABLE`}},
 		{"same", req(&on, "p1", "p2"), existing(true, conn, "p1", "p2"), nil},
 		{"same disabled", req(&off, "p1"), existing(false, conn, "p1"), nil},
 		{"publications", req(nil, "p1", "p3"), existing(true, conn, "p1", "p2"),

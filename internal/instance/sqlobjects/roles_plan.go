@@ -122,10 +122,12 @@ func checkManagedRoleName(name, owner string) error {
 	return nil
 }
 
-// IsReservedRole says whether name is Tusk's or PostgreSQL's (pg_*): no
-// declared role may be it.
+// IsReservedRole says whether name is Tusk's (its roles, and every name
+// starting with tusk_ or tusk-, such as the operator's certificate name
+// tusk-operator) or PostgreSQL's (pg_*): no declared role may be it.
 func IsReservedRole(name string) bool {
-	return slices.Contains(instanceapi.ReservedRoles, name) || strings.HasPrefix(name, "pg_")
+	return slices.Contains(instanceapi.ReservedRoles, name) ||
+		strings.HasPrefix(name, "pg_") || strings.HasPrefix(name, "tusk_") || strings.HasPrefix(name, "tusk-")
 }
 
 // validSettingName accepts a parameter's name: lower case words,

@@ -136,6 +136,8 @@ func TestPlanRole(t *testing.T) {
 		{name: "reserved", req: instanceapi.RoleRequest{Name: "tusk_replication"}, refusal: "reserved"},
 		{name: "postgres", req: instanceapi.RoleRequest{Name: "postgres", Ensure: instanceapi.EnsureAbsent}, refusal: "reserved"},
 		{name: "predefined", req: instanceapi.RoleRequest{Name: "pg_monitor"}, refusal: "reserved"},
+		{name: "the operator's certificate name", req: instanceapi.RoleRequest{Name: "tusk-operator"}, refusal: "reserved"},
+		{name: "a name of Tusk's", req: instanceapi.RoleRequest{Name: "tusk_anything"}, refusal: "reserved"},
 		{name: "the cluster's owner", req: instanceapi.RoleRequest{Name: "owner"}, refusal: "cluster's Secret"},
 		{name: "no name", req: instanceapi.RoleRequest{}, refusal: "needs a name"},
 		{name: "reassigned to itself", req: instanceapi.RoleRequest{Name: "app", Ensure: instanceapi.EnsureAbsent, ReassignOwnedTo: "app"}, refusal: "itself"},

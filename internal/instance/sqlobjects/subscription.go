@@ -35,7 +35,17 @@ type subscriptionState struct {
 	connInfo     string
 	publications []string // sorted
 	slot         string   // empty: none (SET (slot_name = NONE))
+	// runAsOwner: the apply runs as the subscription's owner, a superuser,
+	// rather than as each table's owner (PostgreSQL 16's run_as_owner).
+	runAsOwner bool
 }
+
+// minSubscriptionVersion is the first PostgreSQL (server_version_num) whose
+// apply worker can run as each table's owner. Before it, the apply runs as
+// the subscription's owner, who must be a superuser: whoever owns a
+// subscribed table could run code as superuser with a trigger (ENABLE
+// ALWAYS fires in the apply), a CHECK constraint's function or a default.
+const minSubscriptionVersion = 160000
 
 // planSubscription lists the statements that make current what req asks.
 // connInfo is req's with its CA file's path in place of "$CA";
@@ -50,17 +60,27 @@ func planSubscription(req instanceapi.SubscriptionRequest, connInfo string, publ
 	}
 	enabled := req.Enabled == nil || *req.Enabled
 	if !current.exists {
+		// run_as_owner = false, PostgreSQL 16's default, said anyway: the
+		// apply switches to each table's owner, so no table owner's code
+		// runs as the superuser who owns the subscription.
 		step := logicalStep{
-			sql:    "CREATE SUBSCRIPTION " + name + " CONNECTION " + Literal(connInfo) + " PUBLICATION " + identList(publications),
+			sql: "CREATE SUBSCRIPTION " + name + " CONNECTION " + Literal(connInfo) + " PUBLICATION " + identList(publications) +
+				" WITH (run_as_owner = false)",
 			change: "created subscription " + req.Name + " to publication " + strings.Join(publications, ", "),
 		}
 		if !enabled {
-			step.sql += " WITH (enabled = false)"
+			step.sql = strings.TrimSuffix(step.sql, ")") + ", enabled = false)"
 			step.change += ", disabled"
 		}
 		return []logicalStep{step}
 	}
 	var steps []logicalStep
+	if current.runAsOwner {
+		// Set by hand (or by an older Tusk): the apply would run every
+		// table owner's triggers as superuser.
+		steps = append(steps, logicalStep{sql: "ALTER SUBSCRIPTION " + name + " SET (run_as_owner = false)",
+			change: "made subscription " + req.Name + " apply as each table's owner (run_as_owner = false)"})
+	}
 	if current.connInfo != connInfo {
 		steps = append(steps, logicalStep{sql: "ALTER SUBSCRIPTION " + name + " CONNECTION " + Literal(connInfo),
 			change: "changed the connection of subscription " + req.Name})
@@ -117,6 +137,11 @@ func (o *Objects) ApplySubscription(ctx context.Context, req instanceapi.Subscri
 	current, err := querySubscription(ctx, conn, req.Name)
 	if err != nil {
 		return instanceapi.ApplyResult{}, err
+	}
+	if req.Ensure != instanceapi.EnsureAbsent {
+		if err := refuseBeforeRunAsOwner(ctx, conn, req.Name, current.exists); err != nil {
+			return instanceapi.ApplyResult{Exists: current.exists}, err
+		}
 	}
 	caPath := o.subscriptionCAPath(req.Database, req.Name)
 	res := instanceapi.ApplyResult{}
@@ -178,11 +203,37 @@ func validateSubscription(req instanceapi.SubscriptionRequest) ([]string, error)
 	return slices.Compact(publications), nil
 }
 
+// refuseBeforeRunAsOwner refuses a subscription on a server older than
+// PostgreSQL 16 (see minSubscriptionVersion). Dropping one is not refused:
+// it is how a subscription made before this check goes away.
+func refuseBeforeRunAsOwner(ctx context.Context, conn *pgx.Conn, name string, exists bool) error {
+	var version int
+	var display string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int, current_setting('server_version')").Scan(&version, &display); err != nil {
+		return fmt.Errorf("while reading the server's version: %w", err)
+	}
+	if version >= minSubscriptionVersion {
+		return nil
+	}
+	reason := fmt.Sprintf("subscription %s is refused: this server runs PostgreSQL %s, whose subscriptions apply rows as their owner, "+
+		"which must be a superuser, so the owner of any subscribed table could run code as superuser (a trigger ENABLE ALWAYS, a CHECK "+
+		"constraint's function). PostgreSQL 16 and later apply as each table's owner: upgrade the cluster to 16 or later to subscribe",
+		name, display)
+	if exists {
+		reason += fmt.Sprintf(". Subscription %s exists already and still applies as superuser: drop it (delete its PostgresSubscription) "+
+			"unless you trust every owner of its tables", name)
+	}
+	return &refusal{reason: reason}
+}
+
 func querySubscription(ctx context.Context, conn *pgx.Conn, name string) (subscriptionState, error) {
 	st := subscriptionState{exists: true}
-	err := conn.QueryRow(ctx, `SELECT subenabled, subconninfo, subpublications::text[], coalesce(subslotname::text, '')
-		FROM pg_subscription WHERE subname = $1 AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`,
-		name).Scan(&st.enabled, &st.connInfo, &st.publications, &st.slot)
+	// subrunasowner is PostgreSQL 16's; before it, the question is moot
+	// (refuseBeforeRunAsOwner).
+	err := conn.QueryRow(ctx, `SELECT subenabled, subconninfo, subpublications::text[], coalesce(subslotname::text, ''),
+			coalesce((to_jsonb(s) ->> 'subrunasowner')::bool, false)
+		FROM pg_subscription s WHERE subname = $1 AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+		name).Scan(&st.enabled, &st.connInfo, &st.publications, &st.slot, &st.runAsOwner)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return subscriptionState{}, nil
 	}
