@@ -133,7 +133,13 @@ func (m *Manager) importInto(ctx context.Context, dir string, local *pgx.Conn) e
 	if m.opts.InitDB.Owner == "" {
 		return errors.New("an import needs the application owner (--owner): it owns what the source's superuser owned")
 	}
+	guarded, err := superuserOnlySettings(ctx, local)
+	if err != nil {
+		return err
+	}
+	droppedSettings := dropGuardedSettings(src, guarded)
 	plan := planRoleImport(src, existing, m.opts.MajorVersion)
+	plan.dropped = append(plan.dropped, droppedSettings...)
 	for _, s := range plan.statements {
 		if _, err := local.Exec(ctx, s); err != nil {
 			// Statements hold verifiers, never passwords.
@@ -558,4 +564,50 @@ func (m *Manager) logToolOutput(name, out string) {
 func isInsufficientPrivilege(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "42501"
+}
+
+// superuserOnlySettings are the parameters only a superuser may set on
+// this server (pg_settings.context 'superuser').
+func superuserOnlySettings(ctx context.Context, conn *pgx.Conn) (map[string]bool, error) {
+	rows, err := conn.Query(ctx, "SELECT name FROM pg_settings WHERE context = 'superuser'")
+	var names []string
+	if err == nil {
+		names, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		return nil, fmt.Errorf("while reading which settings need a superuser: %w", err)
+	}
+	set := make(map[string]bool, len(names))
+	for _, n := range names {
+		set[n] = true
+	}
+	return set, nil
+}
+
+// dropGuardedSettings removes from the source's roles and databases the
+// settings (ALTER ROLE/DATABASE ... SET) only a superuser may set: the
+// import would set them as one, and every session of the role or in the
+// database would then run with them (session_replication_role = replica
+// skips triggers and foreign keys). It says what it left out, as "role SET
+// name" or "database DATABASE SET name".
+func dropGuardedSettings(src *importSource, guarded map[string]bool) []string {
+	var dropped []string
+	keep := func(settings []string, what string) []string {
+		var kept []string
+		for _, kv := range settings {
+			if name, _, _ := strings.Cut(kv, "="); guarded[name] {
+				dropped = append(dropped, what+" SET "+name)
+				continue
+			}
+			kept = append(kept, kv)
+		}
+		return kept
+	}
+	for i := range src.roles {
+		src.roles[i].settings = keep(src.roles[i].settings, src.roles[i].name)
+	}
+	for i := range src.databases {
+		src.databases[i].settings = keep(src.databases[i].settings, "database "+src.databases[i].name)
+	}
+	return dropped
 }

@@ -31,11 +31,13 @@ func TestImportBootstrap(t *testing.T) {
 	source.exec(`CREATE ROLE readers NOLOGIN;
 CREATE ROLE shop LOGIN PASSWORD 'shop-secret' CONNECTION LIMIT 7 IN ROLE readers;
 ALTER ROLE shop SET work_mem = '8MB';
+ALTER ROLE shop SET session_replication_role = 'replica';
 CREATE ROLE migrator LOGIN PASSWORD 'migrate-me' IN ROLE pg_read_all_data;
 CREATE ROLE boss SUPERUSER LOGIN;
 CREATE ROLE keeper CREATEROLE LOGIN PASSWORD 'keeper-secret';
 CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1), (2)`)
 	source.exec("CREATE DATABASE shop OWNER shop")
+	source.exec("ALTER DATABASE shop SET session_replication_role = 'replica'")
 	source.withConn("postgres", superuserPassword, "shop", func(conn *pgx.Conn) error {
 		_, err := conn.Exec(context.Background(), `SET ROLE shop;
 CREATE TABLE orders (id serial PRIMARY KEY, note text NOT NULL);
@@ -63,10 +65,12 @@ GRANT SELECT ON recent TO readers`)
 		n := startNode(t, "imp-1", nodeOptions{role: instanceapi.RolePrimary, tls: ownPKI, extraArgs: importArgs("migrate-me")})
 		n.waitReady(instanceapi.RolePrimary)
 		n.waitIDs(1, 2)
-		// CREATEROLE grants itself pg_execute_server_program below 16.
-		createRoleKept, dropped := serverMajor(t, n) >= 16, `"attributesDropped":["boss SUPERUSER","keeper CREATEROLE"]`
+		// CREATEROLE grants itself pg_execute_server_program below 16; a
+		// setting only a superuser may set is not carried either.
+		guarded := `,"shop SET session_replication_role","database shop SET session_replication_role"]`
+		createRoleKept, dropped := serverMajor(t, n) >= 16, `"attributesDropped":["boss SUPERUSER","keeper CREATEROLE"`+guarded
 		if createRoleKept {
-			dropped = `"attributesDropped":["boss SUPERUSER"]`
+			dropped = `"attributesDropped":["boss SUPERUSER"` + guarded
 		}
 		n.withConn("postgres", superuserPassword, "shop", func(conn *pgx.Conn) error {
 			ctx := context.Background()
@@ -82,6 +86,7 @@ GRANT SELECT ON recent TO readers`)
 				{"SELECT pg_has_role('shop', 'readers', 'MEMBER')::text", "true"},
 				{"SELECT rolcreaterole::text FROM pg_roles WHERE rolname = 'keeper'", strconv.FormatBool(createRoleKept)},
 				{"SELECT array_to_string(setconfig, ',') FROM pg_db_role_setting WHERE setrole = 'shop'::regrole", "work_mem=8MB"},
+				{"SELECT count(*)::text FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase WHERE d.datname = 'shop'", "0"},
 				{"SELECT (count(*) > 0)::text FROM pg_stats WHERE tablename = 'orders'", "true"},
 			} {
 				var got string
