@@ -183,6 +183,15 @@ func TestValidateSubscription(t *testing.T) {
 		"a CA that is not":   func(r *instanceapi.SubscriptionRequest) { r.ConnInfo, r.CAPEM = "sslrootcert=$CA", "nope" },
 		"an unknown ensure":  func(r *instanceapi.SubscriptionRequest) { r.Ensure = "gone" },
 		"a name of 64 bytes": func(r *instanceapi.SubscriptionRequest) { r.Name = strings.Repeat("s", 64) },
+		// What would make the subscriber read or write its pod's files.
+		"the manager's passfile": func(r *instanceapi.SubscriptionRequest) { r.ConnInfo = "host=evil passfile=/run/tusk/passfile" },
+		"a service file":         func(r *instanceapi.SubscriptionRequest) { r.ConnInfo = "service='x' host=evil" },
+		"the pod's key, in a URI": func(r *instanceapi.SubscriptionRequest) {
+			r.ConnInfo = "postgresql://evil/app?sslcert=/etc/tusk/tls/tls.crt&sslkey=/etc/tusk/tls/tls.key"
+		},
+		"a TLS key log":       func(r *instanceapi.SubscriptionRequest) { r.ConnInfo = "host=evil sslkeylogfile=/tmp/k" },
+		"a password in clear": func(r *instanceapi.SubscriptionRequest) { r.ConnInfo = "host=evil require_auth=password" },
+		"an unclosed quote":   func(r *instanceapi.SubscriptionRequest) { r.ConnInfo = "host='evil" },
 	}
 	for name, change := range bad {
 		r := good
@@ -195,6 +204,26 @@ func TestValidateSubscription(t *testing.T) {
 	withCA.ConnInfo, withCA.CAPEM = "host=x sslmode=verify-full sslrootcert=$CA", ca
 	if _, err := validateSubscription(withCA); err != nil {
 		t.Errorf("a CA with $CA: %v", err)
+	}
+	scram := good
+	scram.ConnInfo = `host=x password='it\'s a \\ b' require_auth=scram-sha-256 dbname=app`
+	if _, err := validateSubscription(scram); err != nil {
+		t.Errorf("SCRAM asked for, a quoted password: %v", err)
+	}
+}
+
+// TestWithSCRAMOnly: a subscription's connection asks libpq for SCRAM
+// only, in either form, unless it says so already.
+func TestWithSCRAMOnly(t *testing.T) {
+	for in, want := range map[string]string{
+		"host=x password=p":                          "host=x password=p require_auth=scram-sha-256",
+		"host=x require_auth=scram-sha-256":          "host=x require_auth=scram-sha-256",
+		"postgresql://u:p@x/app":                     "postgresql://u:p@x/app?require_auth=scram-sha-256",
+		"postgresql://u:p@x/app?sslmode=verify-full": "postgresql://u:p@x/app?sslmode=verify-full&require_auth=scram-sha-256",
+	} {
+		if got := withSCRAMOnly(in); got != want {
+			t.Errorf("withSCRAMOnly(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
 

@@ -150,7 +150,7 @@ func (o *Objects) ApplySubscription(ctx context.Context, req instanceapi.Subscri
 			return res, err
 		}
 	}
-	connInfo := strings.ReplaceAll(req.ConnInfo, caPlaceholder, caPath)
+	connInfo := withSCRAMOnly(strings.ReplaceAll(req.ConnInfo, caPlaceholder, caPath))
 	steps := planSubscription(req, connInfo, publications, current)
 	done, err := o.runLogicalSteps(ctx, conn, req.Database, steps, func(err error) error {
 		return explainSubscriptionError(err, req, current, connInfo)
@@ -192,6 +192,9 @@ func validateSubscription(req instanceapi.SubscriptionRequest) ([]string, error)
 		return refuse("subscription %s has no connection string", req.Name)
 	case strings.Contains(req.ConnInfo, caPlaceholder) != (req.CAPEM != ""):
 		return refuse("subscription %s: the connection string names the CA file as %s exactly when a CA certificate is given", req.Name, caPlaceholder)
+	}
+	if err := checkSubscriptionConnInfo(req.Name, req.ConnInfo); err != nil {
+		return nil, err
 	}
 	if req.CAPEM != "" {
 		if block, _ := pem.Decode([]byte(req.CAPEM)); block == nil || block.Type != "CERTIFICATE" {
