@@ -67,9 +67,12 @@ const (
 	ReasonRecoverySourceInvalid = "RecoverySourceInvalid"
 	ReasonCloneSourceInvalid    = "CloneSourceInvalid"
 	ReasonImportSourceInvalid   = "ImportSourceInvalid"
-	ReasonFenceInvalid          = "FenceAnnotationInvalid"
-	ReasonInvalidParameters     = "InvalidParameters"
-	ReasonObjectNotOwned        = "ObjectNotOwned"
+	// ReasonImportSourceUnverified: an import from a server whose
+	// certificate is not verified (a Warning Event).
+	ReasonImportSourceUnverified = "ImportSourceUnverified"
+	ReasonFenceInvalid           = "FenceAnnotationInvalid"
+	ReasonInvalidParameters      = "InvalidParameters"
+	ReasonObjectNotOwned         = "ObjectNotOwned"
 )
 
 // Reasons of a PostgresCluster's ScheduledBackups and BackupRetention

@@ -406,6 +406,7 @@ type ImportSpec struct {
 	// +kubebuilder:validation:items:MinLength=1
 	// +kubebuilder:validation:items:MaxLength=63
 	// +kubebuilder:validation:XValidation:rule="self.all(d, !(d in ['postgres', 'template0', 'template1']))",message="bootstrap.initdb.import.databases lists application databases: postgres, template0 and template1 are not imported"
+	// +kubebuilder:validation:XValidation:rule="self.all(d, !d.matches('[\\x00-\\x1f\\x7f]'))",message="bootstrap.initdb.import.databases: a database name has no control character (a line break, a tab)"
 	Databases []string `json:"databases"`
 
 	// Method is dump (default), a one-time copy of the data, or logical:

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -67,7 +68,22 @@ func (r *ClusterReconciler) reconcileImportSource(ctx context.Context, c *tuskv1
 			return nil, err
 		}
 	}
+	if why := unverifiedImportSource(imp.Source); why != "" {
+		r.event(c, corev1.EventTypeWarning, tuskv1alpha1.ReasonImportSourceUnverified, "Import", "%s", why)
+	}
 	return &recoverySource{imp: resolvedImport(c, imp)}, nil
+}
+
+// unverifiedImportSource says why an import from a server anywhere does
+// not know whom it sends the source's password to and copies from ("" when
+// it does: sslMode verify-ca or verify-full, or a Tusk cluster, whose CA
+// the operator has): the import reads every row through it.
+func unverifiedImportSource(src tuskv1alpha1.ImportSource) string {
+	if src.Cluster != "" || src.SSLMode == "verify-full" || src.SSLMode == "verify-ca" {
+		return ""
+	}
+	return fmt.Sprintf("the import from %s uses sslMode %s: the server is not verified, so whoever answers at that address gets the "+
+		"import's password and gives the new cluster its data; set sslMode verify-full with the source's CA in caSecret", src.Host, cmp.Or(src.SSLMode, "(unset)"))
 }
 
 // minLogicalImportMajor is the first PostgreSQL major whose subscriptions

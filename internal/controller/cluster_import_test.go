@@ -204,3 +204,19 @@ func TestLogicalImportNeedsPostgres16(t *testing.T) {
 		}
 	}
 }
+
+// TestUnverifiedImportSource: an import from a server it does not verify
+// is warned about; one that verifies it, or a Tusk cluster, is not.
+func TestUnverifiedImportSource(t *testing.T) {
+	for src, want := range map[tuskv1alpha1.ImportSource]string{
+		{Host: "legacy", SSLMode: "require"}:     "the import from legacy uses sslMode require: the server is not verified",
+		{Host: "legacy", SSLMode: "disable"}:     "uses sslMode disable",
+		{Host: "legacy", SSLMode: "verify-full"}: "",
+		{Host: "legacy", SSLMode: "verify-ca"}:   "",
+		{Cluster: "old"}:                         "",
+	} {
+		if got := unverifiedImportSource(src); (want == "") != (got == "") || !strings.Contains(got, want) {
+			t.Errorf("unverifiedImportSource(%+v) = %q, want %q", src, got, want)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -545,10 +546,33 @@ func (m *Manager) pipeTools(ctx context.Context, dumpEnv, dumpArgs, restoreEnv, 
 		return dumpErr
 	case restoreErr != nil:
 		// pg_restore's error spans a few lines: the error, its detail, and
-		// the statement it ran.
-		return fmt.Errorf("pg_restore failed (%w): %s", restoreErr, lastLines(restoreOut.String(), 6))
+		// the statement it ran. The message reaches the cluster's status,
+		// which more people read than the rows: without the rows' values
+		// (the manager's log has the whole output).
+		return fmt.Errorf("pg_restore failed (%w): %s (the instance manager's log has pg_restore's whole output)",
+			restoreErr, withoutRowData(lastLines(restoreOut.String(), 6)))
 	}
 	return nil
+}
+
+// rowValue is a value PostgreSQL quotes in an error: `integer: "abc"`, a
+// DETAIL's `Key (id)=(42)`.
+var rowValue = regexp.MustCompile(`(: )"[^"]*"|(=)\([^)]*\)`)
+
+// withoutRowData drops from pg_restore's error lines what may hold the
+// rows' values: DETAIL and CONTEXT lines (a failing key, the COPY line's
+// data), the statement it ran ("Command was:", an INSERT's values), and
+// the values an ERROR quotes; names of tables and constraints stay.
+func withoutRowData(out string) string {
+	var kept []string
+	for _, line := range strings.Split(out, " / ") {
+		t := strings.ToLower(strings.TrimPrefix(strings.TrimSpace(line), "pg_restore: "))
+		if strings.HasPrefix(t, "detail:") || strings.HasPrefix(t, "context:") || strings.HasPrefix(t, "command was:") {
+			continue
+		}
+		kept = append(kept, rowValue.ReplaceAllString(line, `$1$2(…)`))
+	}
+	return strings.Join(kept, " / ")
 }
 
 func (m *Manager) logToolOutput(name, out string) {

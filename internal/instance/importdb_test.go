@@ -180,3 +180,24 @@ func TestSourceOwnersQuery(t *testing.T) {
 		t.Errorf("the guests' query reads catalogs of objects outside schemas:\n%s", guests)
 	}
 }
+
+// TestWithoutRowData: pg_restore's error, on its way to the cluster's
+// status, keeps what failed and where, not the rows' values.
+func TestWithoutRowData(t *testing.T) {
+	out := `pg_restore: error: COPY failed for table "orders": ERROR:  invalid input syntax for type integer: "4111 1111 1111 1111" / ` +
+		`CONTEXT:  COPY orders, line 7, column id: "4111 1111 1111 1111" / ` +
+		`pg_restore: error: could not execute query: ERROR:  duplicate key value violates unique constraint "users_pkey" / ` +
+		`DETAIL:  Key (email)=(alice@example.com) already exists. / ` +
+		`Command was: INSERT INTO public.users VALUES ('alice@example.com', 'secret');`
+	got := withoutRowData(out)
+	for _, secret := range []string{"4111", "alice@example.com", "secret"} {
+		if strings.Contains(got, secret) {
+			t.Errorf("%q kept %q", got, secret)
+		}
+	}
+	for _, want := range []string{`COPY failed for table "orders"`, "invalid input syntax for type integer: (…)", `unique constraint "users_pkey"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%q lost %q", got, want)
+		}
+	}
+}

@@ -133,6 +133,8 @@ func TestInvalidClustersAreRejectedOnCreate(t *testing.T) {
 			"spec.bootstrap.initdb.import.source.cluster in body should match"},
 		{"import of a system database", `spec: {bootstrap: {initdb: {import: {source: {host: db, user: m, sslMode: require, passwordSecret: {name: s, key: pw}}, databases: [shop, template1]}}}}`,
 			"bootstrap.initdb.import.databases lists application databases"},
+		{"import of a database name with a line break", `spec: {bootstrap: {initdb: {import: {source: {host: db, user: m, sslMode: require, passwordSecret: {name: s, key: pw}}, databases: ["shop\nx"]}}}}`,
+			"a database name has no control character"},
 		{"import of no database", `spec: {bootstrap: {initdb: {import: {source: {host: db, user: m, sslMode: require, passwordSecret: {name: s, key: pw}}, databases: []}}}}`,
 			"spec.bootstrap.initdb.import.databases: Invalid value: 0: spec.bootstrap.initdb.import.databases in body should have at least 1 items"},
 		{"import with an unknown sslmode", `spec: {bootstrap: {initdb: {import: {source: {host: db, user: m, sslMode: prefer, passwordSecret: {name: s, key: pw}}, databases: [shop]}}}}`,
