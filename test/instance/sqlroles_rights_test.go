@@ -121,37 +121,27 @@ func TestSuperuserRightsStayOffLogins(t *testing.T) {
 	}
 }
 
-// TestGuardedMembershipsAndSettingsStayOffLogins: with superuser access
-// off, a role that logs in gets neither pg_signal_backend (it would end
-// the sessions of Tusk's own roles) nor a setting only a superuser may
-// set, which the manager would set for each of its sessions
-// (session_replication_role = replica skips triggers and foreign keys).
-// Once the cluster opts in, both apply and take effect.
-func TestGuardedMembershipsAndSettingsStayOffLogins(t *testing.T) {
+// TestSuperuserSettingsStayOffLogins: with superuser access off, a role
+// that logs in gets no setting only a superuser may set, which the
+// manager would set for each of its sessions (session_replication_role =
+// replica skips triggers and foreign keys). Once the cluster opts in, it
+// applies and takes effect.
+func TestSuperuserSettingsStayOffLogins(t *testing.T) {
 	n := startNode(t, "guarded-1", nodeOptions{role: instanceapi.RolePrimary})
 	n.waitReady(instanceapi.RolePrimary)
 	const password = "mallory-pass"
-	signaller := instanceapi.RoleRequest{Name: "mallory_sig", Login: true, Password: ptr.To(password), InRoles: []string{"pg_signal_backend"}}
 	replica := instanceapi.RoleRequest{Name: "mallory_repl", Login: true, Password: ptr.To(password),
 		Parameters: map[string]string{"session_replication_role": "replica", "work_mem": "8MB"}}
-	for _, c := range []struct {
-		req     instanceapi.RoleRequest
-		refusal string
-	}{
-		{signaller, "role mallory_sig would give the rights of pg_signal_backend to roles that log in"},
-		{replica, "role mallory_repl would set session_replication_role, which only a superuser may set"},
-	} {
-		code, msg := applyRoleStatus(t, n, c.req)
-		if code != http.StatusUnprocessableEntity || !strings.Contains(msg, c.refusal) || !strings.Contains(msg, "spec.superuserAccess is false") {
-			t.Errorf("%s: HTTP %d %q; want 422 saying %q", c.req.Name, code, msg, c.refusal)
-		}
-		if readRole(t, n, c.req.Name) != nil {
-			t.Errorf("%s was refused, yet it exists", c.req.Name)
-		}
+	code, msg := applyRoleStatus(t, n, replica)
+	if want := "role mallory_repl would set session_replication_role, which only a superuser may set"; code != http.StatusUnprocessableEntity ||
+		!strings.Contains(msg, want) || !strings.Contains(msg, "spec.superuserAccess is false") {
+		t.Errorf("HTTP %d %q; want 422 saying %q", code, msg, want)
+	}
+	if readRole(t, n, replica.Name) != nil {
+		t.Errorf("%s was refused, yet it exists", replica.Name)
 	}
 
 	n.command(http.MethodPut, instanceapi.PathConfig, instanceapi.Config{SuperuserRemoteAccess: true}, nil)
-	applyRole(t, n, signaller)
 	applyRole(t, n, replica)
 	var got string
 	conn, err := n.tryConnect(context.Background(), "mallory_repl", password, "app")

@@ -30,9 +30,10 @@ var serverReachingRoles = map[string]string{
 
 // guardedRoles are predefined roles that give no superuser rights but
 // that a cluster without spec.superuserAccess keeps from roles that log in
-// as well, with what they do.
+// as well, with what they do. pg_signal_backend is not among them: a
+// logical import's user needs it on the source to end its sessions at the
+// cutover (docs/upgrades.md), and it reaches no superuser's session.
 var guardedRoles = map[string]string{
-	"pg_signal_backend":      "cancels or ends the sessions of every role but superusers, Tusk's replication and monitoring among them",
 	"pg_create_subscription": "creates subscriptions, which connect from the server to any address",
 }
 

@@ -55,8 +55,10 @@ func TestRefuseSuperuserRights(t *testing.T) {
 			want: "(team → ops → runners → pg_execute_server_program: pg_execute_server_program runs programs on the server as its OS user): bob logs in"},
 		{name: "CREATEROLE on 15", major: 15, req: instanceapi.RoleRequest{Name: "mallory", Login: true, CreateRole: true},
 			want: "mallory has CREATEROLE, which on PostgreSQL 15 grants itself any role but a superuser"},
-		{name: "pg_signal_backend", major: 15, req: instanceapi.RoleRequest{Name: "mallory", Login: true, InRoles: []string{"pg_signal_backend"}},
-			want: "role mallory would give the rights of pg_signal_backend to roles that log in (mallory → pg_signal_backend: pg_signal_backend cancels or ends the sessions"},
+		{name: "pg_create_subscription", major: 16, req: instanceapi.RoleRequest{Name: "mallory", Login: true, InRoles: []string{"pg_create_subscription"}},
+			want: "role mallory would give the rights of pg_create_subscription to roles that log in (mallory → pg_create_subscription: pg_create_subscription creates subscriptions"},
+		// A logical import's user needs it on the source (docs/upgrades.md).
+		{name: "pg_signal_backend", major: 15, req: instanceapi.RoleRequest{Name: "migrator", Login: true, InRoles: []string{"pg_signal_backend"}}},
 		{name: "pg_create_subscription through a group", major: 16, req: instanceapi.RoleRequest{Name: "mallory", Login: true, InRoles: []string{"subscribers"}},
 			want: "creates subscriptions, which connect from the server to any address"},
 		{name: "CREATEROLE on 16", major: 16, req: instanceapi.RoleRequest{Name: "mallory", Login: true, CreateRole: true}},
