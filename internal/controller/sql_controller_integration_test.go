@@ -208,9 +208,18 @@ func TestRoleClientCertificate(t *testing.T) {
 	}
 	// The primary applied the role: what the reconciler does next.
 	r := &SQLReconciler{Client: env.Client, secrets: secretReader{cached: env.Client, api: env.Client}, api: env.Client}
-	applied := sqlApply{reason: tuskv1alpha1.ReasonApplied, message: "applied on the primary pg-1: created role app_user"}
+	var applied sqlApply
+	// The cluster's CA Secret comes from its own reconcile, which may not
+	// have run yet: the certificate waits for it, and says so.
 	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
-		return r.issueRoleCertificateWhenApplied(ctx, role, get(t, ns, "pg", &tuskv1alpha1.PostgresCluster{}), &applied)
+		applied = sqlApply{reason: tuskv1alpha1.ReasonApplied, message: "applied on the primary pg-1: created role app_user"}
+		if err := r.issueRoleCertificateWhenApplied(ctx, role, get(t, ns, "pg", &tuskv1alpha1.PostgresCluster{}), &applied); err != nil {
+			return err
+		}
+		if applied.reason != tuskv1alpha1.ReasonApplied {
+			return fmt.Errorf("%s: %s", applied.reason, applied.message)
+		}
+		return nil
 	})
 	if applied.reason != tuskv1alpha1.ReasonApplied || !strings.HasSuffix(applied.message, "; its client certificate is in Secret reporter-client-tls") {
 		t.Errorf("after issuing: %s %q, want Applied naming the Secret", applied.reason, applied.message)
