@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
@@ -100,7 +102,7 @@ func (co *cutoverOptions) waitForCutover(ctx context.Context, cl client.Client, 
 					gap = imp.WriteGap.Duration.String()
 				}
 				fmt.Fprintf(co.streams.Out, "Cut over: %s (the source took no write for %s).\n", imp.Message, gap)
-				return nil
+				return co.retireImportRole(ctx, cl, key)
 			case tuskv1alpha1.ImportCutoverFailed:
 				return fmt.Errorf("the cutover of %s failed, and the source takes writes again: %s", key.Name, imp.Message)
 			}
@@ -111,4 +113,46 @@ func (co *cutoverOptions) waitForCutover(ctx context.Context, cl client.Client, 
 		case <-ticker.C:
 		}
 	}
+}
+
+// retireImportRole takes away, once a logical upgrade's cutover is done,
+// what kubectl tusk upgrade --logical made on the old cluster for the
+// import: its role (replication, pg_read_all_data, pg_signal_backend, a
+// member of the databases' owners) is set ensure: absent, which the old
+// cluster's primary drops, and its publications are deleted, which drops
+// them. An import that kubectl tusk upgrade did not make (no PostgresRole
+// <CLUSTER>-import of that role) is left alone.
+func (co *cutoverOptions) retireImportRole(ctx context.Context, cl client.Client, key client.ObjectKey) error {
+	role := &tuskv1alpha1.PostgresRole{}
+	err := cl.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name + "-import"}, role)
+	if apierrors.IsNotFound(err) || (err == nil && role.Spec.Name != importRole) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cut over, but the import's role could not be read to retire it: %w", err)
+	}
+	if role.Spec.Ensure != tuskv1alpha1.EnsureAbsent {
+		patch := client.MergeFrom(role.DeepCopy())
+		role.Spec.Ensure = tuskv1alpha1.EnsureAbsent
+		if err := cl.Patch(ctx, role, patch); err != nil {
+			return fmt.Errorf("cut over, but the import's role %s could not be retired (set its ensure to absent): %w", role.Name, err)
+		}
+	}
+	var pubs tuskv1alpha1.PostgresPublicationList
+	if err := cl.List(ctx, &pubs, client.InNamespace(key.Namespace)); err != nil {
+		return fmt.Errorf("cut over, but the import's publications could not be listed: %w", err)
+	}
+	var deleted []string
+	for i := range pubs.Items {
+		p := &pubs.Items[i]
+		if strings.HasPrefix(p.Name, role.Name+"-") && p.Spec.Name == "tusk_import" && p.Spec.Cluster.Name == role.Spec.Cluster.Name {
+			if err := cl.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("cut over, but the import's publication %s could not be deleted: %w", p.Name, err)
+			}
+			deleted = append(deleted, p.Name)
+		}
+	}
+	_, err = fmt.Fprintf(co.streams.Out, "Retired the import's role %s on %s (PostgresRole %s: ensure absent) and deleted its publications %v; "+
+		"delete the PostgresRole and the Secret %s once the role reports dropped.\n", importRole, role.Spec.Cluster.Name, role.Name, deleted, role.Name)
+	return err
 }

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -546,5 +547,68 @@ func TestUpgradeCommands(t *testing.T) {
 	}
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: u.Namespace, Name: "orders-15"}, &tuskv1alpha1.PostgresCluster{}); !apierrors.IsNotFound(err) {
 		t.Errorf("--dry-run created the cluster: %v", err)
+	}
+}
+
+// TestCutoverRetiresTheImportRole: once the cutover of a logical upgrade
+// is done, the import's role on the old cluster is set ensure: absent
+// (its primary drops it) and the import's publications are deleted; a
+// publication of the user's is left.
+func TestCutoverRetiresTheImportRole(t *testing.T) {
+	importing := func() *tuskv1alpha1.PostgresCluster {
+		c := importingCluster()
+		c.Spec.Bootstrap = &tuskv1alpha1.BootstrapSpec{InitDB: &tuskv1alpha1.InitDBSpec{Import: &tuskv1alpha1.ImportSpec{
+			Source: tuskv1alpha1.ImportSource{Cluster: "old", User: importRole,
+				PasswordSecret: corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "orders-import"}, Key: "password"}},
+			Databases: []string{"app"}, Method: "logical",
+		}}}
+		return c
+	}
+	c, ns := newCluster(t, importing)
+	ctx := context.Background()
+	role := &tuskv1alpha1.PostgresRole{ObjectMeta: metav1.ObjectMeta{Name: "orders-import", Namespace: ns}, Spec: tuskv1alpha1.PostgresRoleSpec{
+		Cluster: corev1.LocalObjectReference{Name: "old"}, Name: importRole, Login: true, Replication: true}}
+	importPub := &tuskv1alpha1.PostgresPublication{ObjectMeta: metav1.ObjectMeta{Name: "orders-import-app", Namespace: ns},
+		Spec: tuskv1alpha1.PostgresPublicationSpec{Cluster: corev1.LocalObjectReference{Name: "old"}, Database: "app", Name: "tusk_import", AllTables: true}}
+	userPub := &tuskv1alpha1.PostgresPublication{ObjectMeta: metav1.ObjectMeta{Name: "orders-import-reports", Namespace: ns},
+		Spec: tuskv1alpha1.PostgresPublicationSpec{Cluster: corev1.LocalObjectReference{Name: "old"}, Database: "app", Name: "reports", AllTables: true}}
+	for _, o := range []client.Object{role, importPub, userPub} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error, 1)
+	var out string
+	go func() {
+		var err error
+		out, err = kubectlTusk(t, kubeconfig, "-n", ns, "cutover", "orders", "--timeout", "30s")
+		done <- err
+	}()
+	var value string
+	testenv.Eventually(t, 20*time.Second, func(context.Context) error {
+		if value = current(t, c).Annotations[tuskv1alpha1.AnnotationImportCutover]; value == "" {
+			return errors.New("no cutover annotation yet")
+		}
+		return nil
+	})
+	cut := current(t, c)
+	cut.Status.Import = &tuskv1alpha1.ImportStatus{Phase: tuskv1alpha1.ImportCutOver, Cutover: value, Message: "done"}
+	if err := env.Client.Status().Update(ctx, cut); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(role), role); err != nil || role.Spec.Ensure != tuskv1alpha1.EnsureAbsent {
+		t.Errorf("the import's role after the cutover: ensure %q, %v; want absent", role.Spec.Ensure, err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(importPub), importPub); !apierrors.IsNotFound(err) {
+		t.Errorf("the import's publication after the cutover: %v, want it deleted", err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(userPub), userPub); err != nil {
+		t.Errorf("the user's publication after the cutover: %v, want it left", err)
+	}
+	if !strings.Contains(out, "Retired the import's role upgrade_import on old") {
+		t.Errorf("the cutover's output does not say what it retired:\n%s", out)
 	}
 }
