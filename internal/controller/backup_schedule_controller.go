@@ -46,7 +46,8 @@ type BackupScheduleReconciler struct {
 	storeAddressCheck func(netip.Addr) error
 	// results tell the ClusterReconciler what retention did.
 	results *retentionResults
-	// retentionTimeout bounds one retention run (Config.RetentionRunTimeout).
+	// retentionTimeout bounds one retention run (Config.RetentionRunTimeout;
+	// DefaultRetentionRunTimeout when zero).
 	retentionTimeout time.Duration
 
 	mu        sync.Mutex

@@ -59,14 +59,10 @@ func trimSecretsAndConfigMaps(in any) (any, error) {
 // madeByTusk says whether a Tusk object controls m and m bears a name Tusk
 // gives such an object (names lists them for an owner's kind and name).
 func madeByTusk(m *metav1.ObjectMeta, names func(kind, owner string) []string) bool {
+	if !controlledByTusk(m) {
+		return false
+	}
 	ref := metav1.GetControllerOfNoCopy(m)
-	if ref == nil {
-		return false
-	}
-	gv, err := schema.ParseGroupVersion(ref.APIVersion)
-	if err != nil || gv.Group != tuskv1alpha1.GroupVersion.Group {
-		return false
-	}
 	return slices.Contains(names(ref.Kind, ref.Name), m.Name)
 }
 
@@ -101,16 +97,30 @@ func configMapNamesFor(kind, owner string) []string {
 func trimForeign(m *metav1.ObjectMeta) {
 	m.Labels = keepTuskLabels(m.Labels)
 	m.Annotations = keepValue(m.Annotations, AnnotationKeptFor)
-	if m.Annotations == nil {
-		m.Annotations = map[string]string{}
+	markTrimmed(m)
+	keepControllerOnly(m)
+}
+
+// markTrimmed marks o as one the cache keeps little of.
+func markTrimmed(o metav1.Object) {
+	a := o.GetAnnotations()
+	if a == nil {
+		a = map[string]string{}
 	}
-	m.Annotations[annotationTrimmed] = "true"
-	if ref := metav1.GetControllerOfNoCopy(m); ref != nil {
-		m.OwnerReferences = []metav1.OwnerReference{*ref}
+	a[annotationTrimmed] = "true"
+	o.SetAnnotations(a)
+}
+
+// keepControllerOnly keeps of o's owners its controller alone, and none of
+// its finalizers: an object of a name Tusk needs that another controls is
+// refused, not taken over, and no more of it is read.
+func keepControllerOnly(o metav1.Object) {
+	if ref := metav1.GetControllerOfNoCopy(o); ref != nil {
+		o.SetOwnerReferences([]metav1.OwnerReference{*ref})
 	} else {
-		m.OwnerReferences = nil
+		o.SetOwnerReferences(nil)
 	}
-	m.Finalizers = nil
+	o.SetFinalizers(nil)
 }
 
 // keepTuskLabels keeps the labels Tusk selects and reads by.
@@ -162,25 +172,13 @@ func trimLabelledObjects(in any) (any, error) {
 	if controlledByTusk(o) {
 		return in, nil
 	}
-	// Its controller (another's) is kept: an object of a name Tusk needs
-	// that another controls is refused, not taken over.
-	if ref := metav1.GetControllerOfNoCopy(o); ref != nil {
-		o.SetOwnerReferences([]metav1.OwnerReference{*ref})
-	} else {
-		o.SetOwnerReferences(nil)
-	}
-	o.SetFinalizers(nil)
+	keepControllerOnly(o)
 	if claim, ok := in.(*corev1.PersistentVolumeClaim); ok {
 		keepAdoptableClaim(claim)
 		return in, nil
 	}
 	dropSpecAndStatus(in)
-	a := o.GetAnnotations()
-	if a == nil {
-		a = map[string]string{}
-	}
-	a[annotationTrimmed] = "true"
-	o.SetAnnotations(a)
+	markTrimmed(o)
 	return in, nil
 }
 

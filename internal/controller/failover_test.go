@@ -170,17 +170,7 @@ func TestFailoverCandidate(t *testing.T) {
 			}
 			// The primary's pod is gone.
 			v := testView(c, append([]inst{{serial: 1, noPod: true}}, tc.instances...)...)
-			got, why := failoverCandidate(c, v)
-			wantName := ""
-			if tc.want != 0 {
-				wantName = instanceName(c.Name, tc.want)
-			}
-			if nameOf(got) != wantName {
-				t.Fatalf("candidate = %s (%s), want %q", nameOf(got), why, wantName)
-			}
-			if !strings.Contains(why, tc.blocked) || (tc.blocked == "") != (why == "") {
-				t.Errorf("why = %q, want one saying %q", why, tc.blocked)
-			}
+			checkFailoverCandidate(t, c, v, tc.want, tc.blocked)
 		})
 	}
 }
@@ -287,18 +277,25 @@ func TestFailoverAfterACleanShutdown(t *testing.T) {
 			p.status.Phase, p.status.Role, p.status.CurrentLSN, p.status.StoppedForRejoin = cmp.Or(tc.phase, instanceapi.PhaseRejoining), instanceapi.RoleUnknown, "", tc.stopped
 			rejoining := v.member(instanceName(c.Name, 2)).status
 			rejoining.Phase, rejoining.Role, rejoining.ReceivedLSN, rejoining.ReplayedLSN = instanceapi.PhaseRejoining, instanceapi.RoleUnknown, "", ""
-			got, why := failoverCandidate(c, v)
-			wantName := ""
-			if tc.want != 0 {
-				wantName = instanceName(c.Name, tc.want)
-			}
-			if nameOf(got) != wantName {
-				t.Fatalf("candidate = %s (%s), want %q", nameOf(got), why, wantName)
-			}
-			if !strings.Contains(why, tc.blocked) || (tc.blocked == "") != (why == "") {
-				t.Errorf("why = %q, want one saying %q", why, tc.blocked)
-			}
+			checkFailoverCandidate(t, c, v, tc.want, tc.blocked)
 		})
+	}
+}
+
+// checkFailoverCandidate checks that failoverCandidate picks the instance
+// of serial want (0: none) and, when none, says blocked.
+func checkFailoverCandidate(t *testing.T, c *tuskv1alpha1.PostgresCluster, v *view, want int32, blocked string) {
+	t.Helper()
+	got, why := failoverCandidate(c, v)
+	wantName := ""
+	if want != 0 {
+		wantName = instanceName(c.Name, want)
+	}
+	if nameOf(got) != wantName {
+		t.Fatalf("candidate = %s (%s), want %q", nameOf(got), why, wantName)
+	}
+	if !strings.Contains(why, blocked) || (blocked == "") != (why == "") {
+		t.Errorf("why = %q, want one saying %q", why, blocked)
 	}
 }
 

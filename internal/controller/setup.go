@@ -4,7 +4,6 @@
 package controller
 
 import (
-	"cmp"
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -41,7 +40,7 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config, namespaces []string) error {
 		return err
 	}
 	schedules := &BackupScheduleReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("tusk"), Clock: cfg.Clock, secrets: secrets,
-		storeAddressCheck: cfg.ObjectStoreAddressCheck, results: results, retentionTimeout: cmp.Or(cfg.RetentionRunTimeout, DefaultRetentionRunTimeout)}
+		storeAddressCheck: cfg.ObjectStoreAddressCheck, results: results, retentionTimeout: cfg.RetentionRunTimeout}
 	if schedules.storeAddressCheck == nil {
 		schedules.storeAddressCheck = objectstore.RefuseInternalAddresses
 	}

@@ -68,7 +68,9 @@ func isConnURI(s string) bool {
 }
 
 // connInfoKeywords reads the keywords of a connection string, in libpq's
-// key=value form or as a URI (its query's parameters).
+// key=value form or as a URI (its query's parameters). Not with pgconn's
+// ParseConfig: it acts on what it reads (it opens a service file, a
+// passfile, the certificate and key files), which is what is refused here.
 func connInfoKeywords(s string) (map[string]string, error) {
 	if isConnURI(s) {
 		u, err := url.Parse(s)
