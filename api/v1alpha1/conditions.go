@@ -115,6 +115,7 @@ const (
 	ReasonUnfenced           = "Unfenced"
 	ReasonRewinding          = "RewindingReplica"
 	ReasonCAExpiring         = "CAExpiring"
+	ReasonKeysMoved          = "KeysMoved"
 	ReasonCreatedInstance    = "CreatedInstance"
 	ReasonRecreatedInstance  = "RecreatedInstance"
 	ReasonRemovedInstance    = "RemovedInstance"

@@ -51,7 +51,7 @@ func newOperatorCommand() *cobra.Command {
 		"bound on each pass of a controller (each call to an instance manager has its own, shorter one): a pass that reaches it ends and the object is retried")
 	f.DurationVar(&opts.GracefulShutdownTimeout, "graceful-shutdown-timeout", 30*time.Second, "how long running reconciles may take to finish on shutdown")
 	f.StringVar(&opts.Controllers.OperatorNamespace, "operator-namespace", os.Getenv("POD_NAMESPACE"),
-		"the operator's own namespace (POD_NAMESPACE), whose operator pods the clusters' NetworkPolicies admit to the instance managers; any namespace when empty")
+		"the operator's own namespace (POD_NAMESPACE): the clusters' private keys are kept there, and the clusters' NetworkPolicies admit its operator pods to the instance managers")
 	f.StringVar(&opts.Controllers.InstanceManagerImage, "instance-manager-image", os.Getenv("TUSK_INSTANCE_MANAGER_IMAGE"),
 		"image with the tusk binary for the PostgreSQL pods' init container (the operator's own image)")
 	f.Var(objectStorePaths{&opts.Controllers.AnyObjectStorePath}, "object-store-paths",

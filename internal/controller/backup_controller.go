@@ -46,6 +46,8 @@ type BackupReconciler struct {
 	client.Client
 	Recorder events.EventRecorder
 	clients  instanceClients
+	// keys holds the operator's certificate for each cluster.
+	keys keyStore
 
 	// started are the backups this operator started and has not seen end,
 	// by cluster: the cache may not show a Running status written a moment
@@ -368,18 +370,10 @@ func (r *BackupReconciler) fail(b *tuskv1alpha1.PostgresBackup, reason, message 
 }
 
 // observe reads the cluster's instances: nil client (and no error) while
-// its CA Secret does not exist.
+// it has no keys Secret yet.
 func (r *BackupReconciler) observe(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (*instanceClient, *view, error) {
-	ca := &corev1.Secret{}
-	err := r.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: caSecretName(c)}, ca)
-	if apierrors.IsNotFound(err) {
-		return nil, nil, nil
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("while reading the CA Secret: %w", err)
-	}
-	ic, err := r.clients.get(client.ObjectKeyFromObject(c), ca, instanceServerName(c))
-	if err != nil {
+	ic, err := instanceClientFor(ctx, r.keys, &r.clients, c)
+	if err != nil || ic == nil {
 		return nil, nil, err
 	}
 	v, err := observeCluster(ctx, r.Client, c, ic)

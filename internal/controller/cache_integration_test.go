@@ -3,8 +3,10 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -70,12 +72,13 @@ func cachedSecretNames(t *testing.T, c cache.Cache) []string {
 // TestCacheHoldsOnlyTuskObjects: the operator's cache holds the Secrets
 // Tusk made (labelled with a cluster), never the others of the namespace or
 // of the Kubernetes cluster, and only the watched namespaces' when it is
-// limited to some. The Secret name cache holds every Secret's name and
+// limited to some, with the clusters' keys Secrets in the operator's
+// namespace, whole. The Secret name cache holds every Secret's name and
 // version, without its data, labels or annotations.
 func TestCacheHoldsOnlyTuskObjects(t *testing.T) {
 	ns, other := newNamespace(t), newNamespace(t)
-	everywhere := startCache(t, CacheOptions(nil))
-	namespaced := startCache(t, CacheOptions([]string{ns}))
+	everywhere := startCache(t, CacheOptions(nil, operatorNamespace))
+	namespaced := startCache(t, CacheOptions([]string{ns}, operatorNamespace))
 	names := startCache(t, secretNameCacheOptions(nil))
 
 	users := secretNamed(ns, "users", nil)
@@ -84,9 +87,13 @@ func TestCacheHoldsOnlyTuskObjects(t *testing.T) {
 	for _, s := range []*corev1.Secret{users, tusks, elsewhere} {
 		create(t, s)
 	}
+	// A cluster of the other namespace: its keys are in the operator's.
+	cluster := newCluster(other)
+	create(t, cluster)
+	keys := keysOf(t, cluster)
 	// One watch delivers a kind's events in order: once a cache holds the
 	// Secret created last, it holds whatever it would of those before.
-	for c, last := range map[cache.Cache]*corev1.Secret{everywhere: elsewhere, namespaced: tusks} {
+	for c, last := range map[cache.Cache]*corev1.Secret{everywhere: keys, namespaced: keys} {
 		testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
 			return c.Get(ctx, client.ObjectKeyFromObject(last), &corev1.Secret{})
 		})
@@ -99,8 +106,15 @@ func TestCacheHoldsOnlyTuskObjects(t *testing.T) {
 	if !slices.Contains(all, ns+"/tusks") || !slices.Contains(all, other+"/tusks") {
 		t.Errorf("the cache holds %v, want both of Tusk's Secrets", all)
 	}
-	if got := cachedSecretNames(t, namespaced); !slices.Equal(got, []string{ns + "/tusks"}) {
-		t.Errorf("the cache of namespace %s holds %v, want only %s/tusks", ns, got, ns)
+	got := slices.DeleteFunc(cachedSecretNames(t, namespaced), func(name string) bool { return strings.HasPrefix(name, operatorNamespace+"/") })
+	if !slices.Equal(got, []string{ns + "/tusks"}) {
+		t.Errorf("the cache of namespace %s holds %v beside the operator's namespace, want only %s/tusks", ns, got, ns)
+	}
+	for _, c := range []cache.Cache{everywhere, namespaced} {
+		cached := &corev1.Secret{}
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(keys), cached); err != nil || !maps.EqualFunc(cached.Data, keys.Data, bytes.Equal) {
+			t.Errorf("the cache holds the keys Secret with %d bytes of data (%v), want it whole", dataBytes(cached.Data), err)
+		}
 	}
 
 	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
@@ -126,7 +140,7 @@ func TestCacheHoldsOnlyTuskObjects(t *testing.T) {
 // there whole.
 func TestCacheKeepsLittleOfLabelledObjects(t *testing.T) {
 	ns := newNamespace(t)
-	c := startCache(t, CacheOptions([]string{ns}))
+	c := startCache(t, CacheOptions([]string{ns}, operatorNamespace))
 	labels := map[string]string{LabelCluster: "pg", "stuffing.example/x": "y"}
 	annotations := map[string]string{"note": strings.Repeat("a", 100<<10)}
 	payload := strings.Repeat("x", 1000<<10)
@@ -177,7 +191,7 @@ func TestCacheKeepsLittleOfLabelledObjects(t *testing.T) {
 // Service keeps its spec, without the annotations Tusk does not read.
 func TestCacheKeepsLittleOfOtherLabelledKinds(t *testing.T) {
 	ns := newNamespace(t)
-	c := startCache(t, CacheOptions([]string{ns}))
+	c := startCache(t, CacheOptions([]string{ns}, operatorNamespace))
 	labels := map[string]string{LabelCluster: "pg", "stuffing.example/x": "y"}
 	annotations := map[string]string{"note": strings.Repeat("a", 200<<10)}
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stuffing", Labels: labels, Annotations: annotations},

@@ -12,6 +12,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	toolscache "k8s.io/client-go/tools/cache"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 )
@@ -37,23 +38,26 @@ const maxKeptValue = 253
 
 // trimSecretsAndConfigMaps is the cache transform of Secrets and
 // ConfigMaps: it strips managedFields from every one, and trims those Tusk
-// did not make (trimForeign).
-func trimSecretsAndConfigMaps(in any) (any, error) {
-	switch o := in.(type) {
-	case *corev1.Secret:
-		o.ManagedFields = nil
-		if !madeByTusk(&o.ObjectMeta, secretNamesFor) {
-			o.Data, o.StringData = nil, nil
-			trimForeign(&o.ObjectMeta)
+// did not make (trimForeign). The clusters' keys Secrets, in
+// operatorNamespace, are Tusk's too.
+func trimSecretsAndConfigMaps(operatorNamespace string) toolscache.TransformFunc {
+	return func(in any) (any, error) {
+		switch o := in.(type) {
+		case *corev1.Secret:
+			o.ManagedFields = nil
+			if !madeByTusk(&o.ObjectMeta, secretNamesFor) && !isKeysSecret(&o.ObjectMeta, operatorNamespace) {
+				o.Data, o.StringData = nil, nil
+				trimForeign(&o.ObjectMeta)
+			}
+		case *corev1.ConfigMap:
+			o.ManagedFields = nil
+			if !madeByTusk(&o.ObjectMeta, configMapNamesFor) {
+				o.Data, o.BinaryData = nil, nil
+				trimForeign(&o.ObjectMeta)
+			}
 		}
-	case *corev1.ConfigMap:
-		o.ManagedFields = nil
-		if !madeByTusk(&o.ObjectMeta, configMapNamesFor) {
-			o.Data, o.BinaryData = nil, nil
-			trimForeign(&o.ObjectMeta)
-		}
+		return in, nil
 	}
-	return in, nil
 }
 
 // madeByTusk says whether a Tusk object controls m and m bears a name Tusk

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"strings"
 	"testing"
@@ -110,7 +111,7 @@ func TestTrimSecretsAndConfigMaps(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := trimSecretsAndConfigMaps(tt.in)
+			got, err := trimSecretsAndConfigMaps(testOperatorNamespace)(tt.in)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -141,7 +142,7 @@ func TestTusksSecretsAndConfigMapsAreKeptWhole(t *testing.T) {
 		s.OwnerReferences = []metav1.OwnerReference{owner}
 		s.Data["padding"] = []byte(strings.Repeat("p", 64<<10))
 		want := s.DeepCopy()
-		if got, _ := trimSecretsAndConfigMaps(s); !reflect.DeepEqual(want, got) {
+		if got, _ := trimSecretsAndConfigMaps(testOperatorNamespace)(s); !reflect.DeepEqual(want, got) {
 			t.Errorf("the cache trims Tusk's Secret %s to %s", want.Name, summary(got))
 		}
 	}
@@ -149,8 +150,36 @@ func TestTusksSecretsAndConfigMapsAreKeptWhole(t *testing.T) {
 		cm := &corev1.ConfigMap{ObjectMeta: objectMeta(c, name), Data: map[string]string{"padding": strings.Repeat("p", 64<<10)}}
 		cm.OwnerReferences = []metav1.OwnerReference{owner}
 		want := cm.DeepCopy()
-		if got, _ := trimSecretsAndConfigMaps(cm); !reflect.DeepEqual(want, got) {
+		if got, _ := trimSecretsAndConfigMaps(testOperatorNamespace)(cm); !reflect.DeepEqual(want, got) {
 			t.Errorf("the cache trims Tusk's ConfigMap %s to %s", name, summary(got))
+		}
+	}
+}
+
+// testOperatorNamespace is the operator's namespace in these tests.
+const testOperatorNamespace = "tusk-system"
+
+// TestKeysSecretsAreKeptWholeInTheOperatorsNamespaceOnly: a cluster's keys
+// Secret, which no Tusk object can own across namespaces, keeps its keys
+// in the cache; the same name and labels elsewhere (a tenant's copy), or
+// another labelled Secret of the operator's namespace, are trimmed.
+func TestKeysSecretsAreKeptWholeInTheOperatorsNamespaceOnly(t *testing.T) {
+	t.Parallel()
+	labels := map[string]string{LabelCluster: "pg", LabelClusterNamespace: "shop", LabelClusterUID: "0f1e"}
+	for _, tc := range []struct {
+		namespace, name string
+		whole           bool
+	}{
+		{testOperatorNamespace, keysSecretName("shop", "pg"), true},
+		{"shop", keysSecretName("shop", "pg"), false},
+		{testOperatorNamespace, keysSecretName("shop", "other"), false},
+		{testOperatorNamespace, "pg-ca", false},
+	} {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: tc.namespace, Name: tc.name, Labels: maps.Clone(labels)},
+			Data: map[string][]byte{keyCAKey: []byte(fakeCAPEM)}}
+		got, _ := trimSecretsAndConfigMaps(testOperatorNamespace)(s)
+		if whole := len(got.(*corev1.Secret).Data) > 0; whole != tc.whole {
+			t.Errorf("the cache keeps %s/%s as %s, want whole %t", tc.namespace, tc.name, summary(got), tc.whole)
 		}
 	}
 }

@@ -48,8 +48,8 @@ type Config struct {
 	// PostgreSQL pods' init container copies (the operator's own image).
 	InstanceManagerImage string
 	// OperatorNamespace is where the operator's pods run, whom the
-	// clusters' NetworkPolicies admit to the instance managers; any
-	// namespace when empty.
+	// clusters' NetworkPolicies admit to the instance managers, and where
+	// the clusters' private keys are kept (keyStore).
 	OperatorNamespace string
 	// Clock is the time backup schedules and retention go by: the real
 	// clock when nil (tests set a fake one).
@@ -93,6 +93,9 @@ type ClusterReconciler struct {
 	secrets     secretReader
 	api         client.Reader
 	secretNames secretNameCache
+	// keys keeps the private keys of the clusters' CAs and of the
+	// operator's certificates, in the operator's namespace.
+	keys keyStore
 	// results are what the BackupScheduleReconciler's retention did.
 	results *retentionResults
 }
@@ -119,11 +122,12 @@ type ClusterReconciler struct {
 func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	c := &tuskv1alpha1.PostgresCluster{}
 	if err := r.Get(ctx, req.NamespacedName, c); err != nil {
-		if client.IgnoreNotFound(err) == nil {
-			r.clients.forget(req.NamespacedName)
-			forgetClusterCounters(req.NamespacedName)
+		if client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, err
 		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		r.clients.forget(req.NamespacedName)
+		forgetClusterCounters(req.NamespacedName)
+		return ctrl.Result{}, r.forgetKeys(ctx, req.NamespacedName)
 	}
 	if !c.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, c)
@@ -187,7 +191,7 @@ func (r *ClusterReconciler) reconcilePhases(ctx context.Context, c *tuskv1alpha1
 	if err := r.reconcileInstanceAccess(ctx, c); err != nil {
 		return ctrl.Result{}, err
 	}
-	ic, err := r.clients.get(client.ObjectKeyFromObject(c), tls.caSecret, instanceServerName(c))
+	ic, err := r.clients.get(client.ObjectKeyFromObject(c), tls.keys, instanceServerName(c))
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -419,6 +423,7 @@ func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Pod{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.Secret{}).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.keys.clusterOf)).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&networkingv1.NetworkPolicy{}).

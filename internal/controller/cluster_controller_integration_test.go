@@ -3,6 +3,7 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/pem"
@@ -48,7 +49,7 @@ const waitTimeout = 30 * time.Second
 // testConfig is the operator's configuration in these tests. Their S3
 // server listens on loopback, which the operator otherwise refuses; every
 // other address is checked as in production.
-var testConfig = Config{InstanceManagerImage: "tusk/operator:test", ObjectStoreAddressCheck: func(a netip.Addr) error {
+var testConfig = Config{InstanceManagerImage: "tusk/operator:test", OperatorNamespace: operatorNamespace, ObjectStoreAddressCheck: func(a netip.Addr) error {
 	if a.IsLoopback() {
 		return nil
 	}
@@ -287,13 +288,27 @@ func checkCredentials(t *testing.T, c *tuskv1alpha1.PostgresCluster) {
 	}
 }
 
+// keysOf is c's keys Secret, in the operator's namespace, once it exists.
+func keysOf(t *testing.T, c *tuskv1alpha1.PostgresCluster) *corev1.Secret {
+	t.Helper()
+	return get(t, operatorNamespace, keysSecretName(c.Namespace, c.Name), &corev1.Secret{})
+}
+
 func checkTLSSecrets(t *testing.T, c *tuskv1alpha1.PostgresCluster) {
 	t.Helper()
-	ca := get(t, c.Namespace, "pg-ca", &corev1.Secret{})
+	ca := keysOf(t, c)
 	for _, key := range []string{keyCACert, keyCAKey, keyOperatorCert, keyOperatorKey} {
 		if len(ca.Data[key]) == 0 {
-			t.Errorf("Secret pg-ca has no %s", key)
+			t.Errorf("the keys Secret has no %s", key)
 		}
+	}
+	if want := (map[string]string{LabelCluster: c.Name, LabelClusterNamespace: c.Namespace, LabelClusterUID: string(c.UID)}); !maps.Equal(ca.Labels, want) {
+		t.Errorf("the keys Secret's labels are %v, want %v", ca.Labels, want)
+	}
+	public := get(t, c.Namespace, "pg-ca", &corev1.Secret{})
+	checkOwnedBy(t, public, c)
+	if !bytes.Equal(public.Data[keyCACert], ca.Data[keyCACert]) || len(public.Data) != 1 {
+		t.Errorf("Secret pg-ca holds %v, want the CA's certificate alone", slices.Sorted(maps.Keys(public.Data)))
 	}
 	verifyServerCert(t, c, ca.Data[keyCACert])
 	if operator, err := pki.ParseCertificate(ca.Data[keyOperatorCert]); err != nil || !pki.HasIdentity(operator, instanceapi.OperatorIdentity) {
@@ -320,21 +335,18 @@ func TestOperatorCertificateOfAnOlderTuskIsReplaced(t *testing.T) {
 	ns := newNamespace(t)
 	c := newCluster(ns)
 	create(t, c)
-	var ca corev1.Secret
-	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
-		return env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pg-ca"}, &ca)
-	})
+	ca := keysOf(t, c)
 	old, err := pki.IssueClient(pki.KeyPair{CertPEM: ca.Data[keyCACert], KeyPEM: ca.Data[keyCAKey]}, OperatorClientCN, leafValidity, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	ca.Data[keyOperatorCert], ca.Data[keyOperatorKey] = old.CertPEM, old.KeyPEM
-	if err := env.Client.Update(context.Background(), &ca); err != nil {
+	if err := env.Client.Update(context.Background(), ca); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
 		var now corev1.Secret
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pg-ca"}, &now); err != nil {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(ca), &now); err != nil {
 			return err
 		}
 		cert, err := pki.ParseCertificate(now.Data[keyOperatorCert])
@@ -407,6 +419,10 @@ func versions(t *testing.T, c *tuskv1alpha1.PostgresCluster) map[string]string {
 		t.Fatal(err)
 	}
 	out["cluster"] = got.ResourceVersion
+	keys := &corev1.Secret{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: keysSecretName(c.Namespace, c.Name)}, keys); err == nil {
+		out["keys"] = keys.ResourceVersion
+	}
 	lists := []client.ObjectList{&corev1.PodList{}, &corev1.PersistentVolumeClaimList{}, &corev1.ServiceList{},
 		&corev1.SecretList{}, &corev1.ConfigMapList{}, &policyv1.PodDisruptionBudgetList{}}
 	for _, list := range lists {
@@ -456,8 +472,9 @@ func TestSettledClusterIsNotRewritten(t *testing.T) {
 	clusterWhen(t, client.ObjectKeyFromObject(cluster), creating)
 	before := settle(t, cluster)
 
+	secrets := secretReader{cached: env.Client, api: env.Client}
 	r := &ClusterReconciler{Client: env.Client, Config: testConfig, api: env.Client,
-		secrets: secretReader{cached: env.Client, api: env.Client}}
+		secrets: secrets, keys: keyStore{secrets: secrets, namespace: operatorNamespace}}
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(cluster)}
 	for range 2 {
 		if _, err := r.Reconcile(ctx, req); err != nil {
@@ -476,7 +493,7 @@ func TestSettledClusterIsNotRewritten(t *testing.T) {
 }
 
 func TestReconcileOfDeletedClusterIsQuiet(t *testing.T) {
-	r := &ClusterReconciler{Client: env.Client}
+	r := &ClusterReconciler{Client: env.Client, api: env.Client, keys: keyStore{namespace: operatorNamespace}}
 	req := ctrl.Request{NamespacedName: client.ObjectKey{Namespace: newNamespace(t), Name: "gone"}}
 	if res, err := r.Reconcile(context.Background(), req); err != nil || !res.IsZero() {
 		t.Fatalf("reconcile of a missing cluster: %+v, %v; want no requeue and no error", res, err)
@@ -714,12 +731,13 @@ func TestUserCASignsTheServerCertificate(t *testing.T) {
 	c := clusterWhen(t, client.ObjectKeyFromObject(cluster), creating)
 
 	verifyServerCert(t, c, ca.CertPEM)
-	own := get(t, ns, "pg-ca", &corev1.Secret{})
+	own := keysOf(t, c)
 	if _, ok := own.Data[keyCAKey]; ok {
-		t.Error("pg-ca holds a ca.key although the CA is the user's")
+		t.Error("the keys Secret holds a ca.key although the CA is the user's")
 	}
-	if string(own.Data[keyCACert]) != string(ca.CertPEM) {
-		t.Error("pg-ca's ca.crt is not the user's CA")
+	public := get(t, ns, "pg-ca", &corev1.Secret{})
+	if string(public.Data[keyCACert]) != string(ca.CertPEM) || !bytes.Equal(public.Data[keyClientCACert], own.Data[keyClientCACert]) || len(public.Data) != 2 {
+		t.Errorf("pg-ca holds %v, want the user's CA and the cluster's client CA, certificates only", slices.Sorted(maps.Keys(public.Data)))
 	}
 	if cm := get(t, ns, "pg-ca", &corev1.ConfigMap{}); cm.Data[keyCACert] != string(ca.CertPEM) {
 		t.Error("ConfigMap pg-ca does not publish the user's CA")
@@ -729,7 +747,7 @@ func TestUserCASignsTheServerCertificate(t *testing.T) {
 	// sharing the user's CA is refused.
 	clientCA := own.Data[keyClientCACert]
 	if len(clientCA) == 0 || len(own.Data[keyClientCAKey]) == 0 || string(clientCA) == string(ca.CertPEM) {
-		t.Fatal("pg-ca holds no client CA of the cluster's own")
+		t.Fatal("the keys Secret holds no client CA of the cluster's own")
 	}
 	replication := get(t, ns, "pg-replication", &corev1.Secret{})
 	server := get(t, ns, "pg-server", &corev1.Secret{})

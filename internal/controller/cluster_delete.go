@@ -45,6 +45,9 @@ func (r *ClusterReconciler) releaseVolumes(ctx context.Context, c *tuskv1alpha1.
 	} else if err := r.keepCredentials(ctx, c); err != nil {
 		return err
 	}
+	if err := r.keys.remove(ctx, r.Client, c.Namespace, c.Name); err != nil {
+		return err
+	}
 	patch := client.MergeFrom(c.DeepCopy())
 	controllerutil.RemoveFinalizer(c, FinalizerCleanup)
 	if err := r.Patch(ctx, c, patch); err != nil {
@@ -161,13 +164,12 @@ func slotsLeftHint(why string) string {
 // askAbandonImport sends POST /v1/import/abandon to the primary's manager.
 func (r *ClusterReconciler) askAbandonImport(ctx context.Context, c *tuskv1alpha1.PostgresCluster, pod *corev1.Pod) (instanceapi.ImportAbandonResult, error) {
 	var res instanceapi.ImportAbandonResult
-	caSecret, err := r.secrets.get(ctx, c.Namespace, caSecretName(c))
-	if err != nil || caSecret == nil {
-		return res, fmt.Errorf("while reading the cluster's CA: %w", err)
-	}
-	ic, err := r.clients.get(client.ObjectKeyFromObject(c), caSecret, instanceServerName(c))
+	ic, err := instanceClientFor(ctx, r.keys, &r.clients, c)
 	if err != nil {
 		return res, err
+	}
+	if ic == nil {
+		return res, fmt.Errorf("the cluster %s has no keys Secret in the operator's namespace", c.Name)
 	}
 	err = ic.call(ctx, pod, http.MethodPost, instanceapi.PathImportAbandon, nil, &res)
 	return res, err

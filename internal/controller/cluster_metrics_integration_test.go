@@ -26,7 +26,7 @@ func TestClusterCollectorReadsTheCache(t *testing.T) {
 	ns := newNamespace(t)
 	c := newCluster(ns)
 	create(t, c)
-	collector := ClusterCollector{Reader: startCache(t, CacheOptions(nil))}
+	collector := ClusterCollector{Reader: startCache(t, CacheOptions(nil, operatorNamespace))}
 
 	var series map[string][]*dto.Metric
 	testenv.Eventually(t, 30*time.Second, func(context.Context) error {

@@ -30,7 +30,7 @@ func TestLogicalImportTakesOverServices(t *testing.T) {
 	old := newCluster(ns)
 	create(t, old)
 	clusterWhen(t, client.ObjectKeyFromObject(old), creating)
-	oldCA := get(t, ns, "pg-ca", &corev1.Secret{})
+	oldCA := keysOf(t, old)
 	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "migrator"}, StringData: map[string]string{"password": "s3cret"}})
 
 	next := newCluster(ns)
@@ -55,11 +55,11 @@ func TestLogicalImportTakesOverServices(t *testing.T) {
 		t.Errorf("the import's CA volume is %+v, want the ConfigMap pg-ca", vol)
 	}
 
-	own := get(t, ns, "next-ca", &corev1.Secret{})
+	own := keysOf(t, next)
 	server := get(t, ns, "next-server", &corev1.Secret{})
 	replication := get(t, ns, "next-replication", &corev1.Secret{})
 	if string(own.Data[keyCACert]) != string(oldCA.Data[keyCACert]) || string(own.Data[keyCAKey]) != string(oldCA.Data[keyCAKey]) {
-		t.Error("next-ca does not keep pg's CA")
+		t.Error("next's keys do not keep pg's CA")
 	}
 	if err := pki.SignedBy(server.Data[keyTLSCert], oldCA.Data[keyCACert]); err != nil {
 		t.Errorf("next's server certificate by pg's CA: %v", err)

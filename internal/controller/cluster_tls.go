@@ -1,7 +1,7 @@
 package controller
 
 import (
-	"cmp"
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 	"tusk.dev/tusk/internal/instanceapi"
@@ -24,7 +25,7 @@ const (
 	keyTLSKey       = corev1.TLSPrivateKeyKey
 	keyOperatorCert = "operator.crt"
 	keyOperatorKey  = "operator.key"
-	// keyClientCACert and keyClientCAKey hold, in <cluster>-ca, the
+	// keyClientCACert and keyClientCAKey hold, in the keys Secret, the
 	// cluster's own client CA when the server certificate comes from a
 	// user's CA (see reconcileTLS).
 	keyClientCACert = "client-ca.crt"
@@ -53,7 +54,9 @@ type clusterTLS struct {
 	// The client certificates come from the cluster's own CA (clientCA).
 	ca       pki.KeyPair
 	clientCA pki.KeyPair
-	caSecret *corev1.Secret // the operator-only Secret <cluster>-ca
+	// keys is the cluster's keys Secret, in the operator's namespace
+	// (keyStore): the CAs' keys and the operator's certificate.
+	keys *corev1.Secret
 }
 
 // reconcileTLS makes the cluster's CAs, server certificate, replication
@@ -67,58 +70,107 @@ type clusterTLS struct {
 // cluster's own, and the instances trust client certificates from that CA
 // alone. A replication or operator certificate of one cluster is then
 // refused by every other, whatever CA their servers share.
+//
+// The private keys of the CAs and of the operator's certificate stay in
+// the operator's namespace (keyStore); <cluster>-ca holds the CAs'
+// certificates only.
 func (r *ClusterReconciler) reconcileTLS(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (*clusterTLS, error) {
-	ca, err := r.clusterCA(ctx, c)
+	keys, err := r.keysData(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := r.clusterCA(ctx, c, keys.data)
 	if err != nil {
 		return nil, err
 	}
 	now := time.Now()
 	r.warnExpiringCA(c, ca, now)
-	caData, err := r.secrets.data(ctx, c.Namespace, caSecretName(c))
+	clientCA, data, err := clusterClientCA(c, ca, keys.data)
 	if err != nil {
 		return nil, err
 	}
-	clientCA, data, err := clusterClientCA(c, ca, caData)
-	if err != nil {
-		return nil, err
-	}
-	operator, err := keepOrIssue(operatorCertData(caData), keyOperatorCert, keyOperatorKey, clientCA, nil, func() (pki.KeyPair, error) {
+	operator, err := keepOrIssue(operatorCertData(keys.data), keyOperatorCert, keyOperatorKey, clientCA, nil, func() (pki.KeyPair, error) {
 		return pki.IssueIdentityClient(clientCA, OperatorClientCN, instanceapi.OperatorIdentity, leafValidity, now)
 	})
 	if err != nil {
 		return nil, err
 	}
 	data[keyCACert], data[keyOperatorCert], data[keyOperatorKey] = ca.CertPEM, operator.CertPEM, operator.KeyPEM
-	caSecret := secret(c, caSecretName(c), corev1.SecretTypeOpaque, data)
-	if err := r.applyOwned(ctx, c, caSecret); err != nil {
+	keysSecret, err := r.keys.write(ctx, objectApplier{Client: r.Client, api: r.api}, c, data)
+	if err != nil {
 		return nil, err
+	}
+	if keys.moved {
+		r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonKeysMoved, "TLS", "Moved the private keys of the cluster's CAs and of the operator's certificate "+
+			"from the Secret %s to the operator's namespace (Secret %s/%s); whoever could read %s until now may still hold them: see docs/security.md to replace the CAs",
+			caSecretName(c), keysSecret.Namespace, keysSecret.Name, caSecretName(c))
+	}
+	if err := r.reconcileCertificates(ctx, c, ca, clientCA, now); err != nil {
+		return nil, err
+	}
+	return &clusterTLS{ca: ca, clientCA: clientCA, keys: keysSecret}, nil
+}
+
+// clusterKeys is what the keys Secret held, and whether it came from an
+// earlier Tusk's <cluster>-ca (legacyKeys).
+type clusterKeys struct {
+	data  map[string][]byte
+	moved bool
+}
+
+// keysData reads c's keys: from its keys Secret, or, for a cluster an
+// earlier Tusk made, from its <cluster>-ca; none for a new cluster.
+func (r *ClusterReconciler) keysData(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (clusterKeys, error) {
+	s, err := r.keys.of(ctx, c)
+	if err != nil || s != nil {
+		return clusterKeys{data: secretData(s)}, err
+	}
+	legacy, err := r.legacyKeys(ctx, c)
+	return clusterKeys{data: legacy, moved: legacy != nil}, err
+}
+
+func secretData(s *corev1.Secret) map[string][]byte {
+	if s == nil {
+		return nil
+	}
+	return s.Data
+}
+
+// reconcileCertificates keeps the Secrets and ConfigMap of certificates in
+// the cluster's namespace: <cluster>-ca (the CAs' certificates, no key),
+// the server's and the replication user's.
+func (r *ClusterReconciler) reconcileCertificates(ctx context.Context, c *tuskv1alpha1.PostgresCluster, ca, clientCA pki.KeyPair, now time.Time) error {
+	public := map[string][]byte{keyCACert: ca.CertPEM}
+	if !bytes.Equal(clientCA.CertPEM, ca.CertPEM) {
+		public[keyClientCACert] = clientCA.CertPEM
+	}
+	if err := r.applyOwned(ctx, c, secret(c, caSecretName(c), corev1.SecretTypeOpaque, public)); err != nil {
+		return err
 	}
 	// The server's ca.crt is what it trusts client certificates from; the
 	// replication Secret's, what replicas verify their upstream with.
 	if err := r.reconcileLeafSecret(ctx, c, serverSecretName(c), ca, clientCA.CertPEM, serverNames(c), func() (pki.KeyPair, error) {
 		return pki.IssueServer(ca, rwServiceName(c), serverNames(c), []net.IP{net.IPv4(127, 0, 0, 1)}, leafValidity, now)
 	}); err != nil {
-		return nil, err
+		return err
 	}
 	if err := r.reconcileLeafSecret(ctx, c, replicationSecretName(c), clientCA, ca.CertPEM, nil, func() (pki.KeyPair, error) {
 		return pki.IssueClient(clientCA, replicationUser, leafValidity, now)
 	}); err != nil {
-		return nil, err
+		return err
 	}
 	caMap := &corev1.ConfigMap{
 		ObjectMeta: objectMeta(c, caConfigMapName(c)),
 		Data:       map[string]string{keyCACert: string(ca.CertPEM)},
 	}
-	if err := r.applyOwned(ctx, c, caMap); err != nil {
-		return nil, err
-	}
-	return &clusterTLS{ca: ca, clientCA: clientCA, caSecret: caSecret}, nil
+	return r.applyOwned(ctx, c, caMap)
 }
 
 // clusterClientCA is the CA of the cluster's client certificates, and the
-// keys of <cluster>-ca that keep it: the cluster's own CA (ca.key beside
-// ca.crt), or, when ca is a user's, one made for the cluster and kept
-// under client-ca.crt and client-ca.key (the user's key is never copied).
+// keys of the keys Secret that keep it: the cluster's own CA (ca.key
+// beside ca.crt), or, when ca is a user's, one made for the cluster and
+// kept under client-ca.crt and client-ca.key (the user's key is never
+// copied).
 func clusterClientCA(c *tuskv1alpha1.PostgresCluster, ca pki.KeyPair, caData map[string][]byte) (pki.KeyPair, map[string][]byte, error) {
 	if userCASecret(c) == "" && takesOverFrom(c) == nil {
 		return ca, map[string][]byte{keyCAKey: ca.KeyPEM}, nil
@@ -150,19 +202,22 @@ func userCASecret(c *tuskv1alpha1.PostgresCluster) string {
 }
 
 // clusterCA is the user's CA when spec.tls.caSecret names one, else the
-// CA Tusk made for the cluster (made now when there is none yet).
-func (r *ClusterReconciler) clusterCA(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (pki.KeyPair, error) {
-	name := cmp.Or(userCASecret(c), caSecretName(c))
-	data, err := r.secrets.data(ctx, c.Namespace, name)
-	if err != nil {
-		return pki.KeyPair{}, err
-	}
-	ca := pki.KeyPair{CertPEM: data[keyCACert], KeyPEM: data[keyCAKey]}
-	if len(ca.CertPEM) > 0 && len(ca.KeyPEM) > 0 {
+// CA Tusk made for the cluster, kept in keys (made now when there is none
+// yet).
+func (r *ClusterReconciler) clusterCA(ctx context.Context, c *tuskv1alpha1.PostgresCluster, keys map[string][]byte) (pki.KeyPair, error) {
+	if name := userCASecret(c); name != "" {
+		data, err := r.secrets.data(ctx, c.Namespace, name)
+		if err != nil {
+			return pki.KeyPair{}, err
+		}
+		ca := pki.KeyPair{CertPEM: data[keyCACert], KeyPEM: data[keyCAKey]}
+		if len(ca.CertPEM) == 0 || len(ca.KeyPEM) == 0 {
+			return pki.KeyPair{}, userError(tuskv1alpha1.ReasonCASecretInvalid, "the Secret %s named by spec.tls.caSecret needs the keys ca.crt and ca.key (PEM)", name)
+		}
 		return ca, nil
 	}
-	if name != caSecretName(c) {
-		return pki.KeyPair{}, userError(tuskv1alpha1.ReasonCASecretInvalid, "the Secret %s named by spec.tls.caSecret needs the keys ca.crt and ca.key (PEM)", name)
+	if ca := (pki.KeyPair{CertPEM: keys[keyCACert], KeyPEM: keys[keyCAKey]}); len(ca.CertPEM) > 0 && len(ca.KeyPEM) > 0 {
+		return ca, nil
 	}
 	if inherited, err := r.takenOverCA(ctx, c); err != nil || len(inherited.KeyPEM) > 0 {
 		return inherited, err
@@ -184,11 +239,15 @@ func (r *ClusterReconciler) takenOverCA(ctx context.Context, c *tuskv1alpha1.Pos
 	if from == nil {
 		return pki.KeyPair{}, nil
 	}
-	data, err := r.secrets.data(ctx, c.Namespace, caSecretName(from))
-	if err != nil || len(data[keyCAKey]) == 0 {
+	source := &tuskv1alpha1.PostgresCluster{}
+	if err := r.Get(ctx, client.ObjectKeyFromObject(from), source); err != nil {
+		return pki.KeyPair{}, client.IgnoreNotFound(err)
+	}
+	keys, err := r.keys.of(ctx, source)
+	if err != nil || keys == nil || len(keys.Data[keyCAKey]) == 0 {
 		return pki.KeyPair{}, err
 	}
-	return pki.KeyPair{CertPEM: data[keyCACert], KeyPEM: data[keyCAKey]}, nil
+	return pki.KeyPair{CertPEM: keys.Data[keyCACert], KeyPEM: keys.Data[keyCAKey]}, nil
 }
 
 // reconcileLeafSecret keeps a certificate Secret (tls.crt, tls.key, ca.crt)
@@ -299,7 +358,8 @@ func (r *ClusterReconciler) warnExpiringCA(c *tuskv1alpha1.PostgresCluster, ca p
 	if !r.caWarned.due(key, now, caWarnEvery) {
 		return
 	}
-	how := fmt.Sprintf("delete the Secret %s: Tusk then makes a new CA and reissues every certificate (clients must then trust its new ca.crt)", caSecretName(c))
+	how := fmt.Sprintf("ask the operator's administrator to delete the Secret %s in the operator's namespace %s: Tusk then makes new CAs and reissues every certificate (clients must then trust the new ca.crt)",
+		keysSecretName(c.Namespace, c.Name), r.keys.namespace)
 	if name := userCASecret(c); name != "" {
 		how = fmt.Sprintf("put a renewed CA in the Secret %s (spec.tls.caSecret)", name)
 	}

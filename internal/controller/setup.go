@@ -4,7 +4,9 @@
 package controller
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -25,6 +27,9 @@ import (
 // are those the operator watches (every namespace when empty), as given to
 // CacheOptions.
 func SetupWithManager(mgr ctrl.Manager, cfg Config, namespaces []string) error {
+	if cfg.OperatorNamespace == "" {
+		return errors.New("the operator's namespace is required (--operator-namespace, or POD_NAMESPACE): the clusters' private keys are kept there")
+	}
 	secretNames, err := newSecretNameCache(mgr, namespaces)
 	if err != nil {
 		return err
@@ -33,9 +38,10 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config, namespaces []string) error {
 		return fmt.Errorf("while adding the Secret name cache: %w", err)
 	}
 	secrets := secretReader{cached: mgr.GetClient(), api: mgr.GetAPIReader()}
+	keys := keyStore{secrets: secrets, namespace: cfg.OperatorNamespace}
 	results := newRetentionResults()
 	clusters := &ClusterReconciler{Client: mgr.GetClient(), Config: cfg, Recorder: mgr.GetEventRecorder("tusk"),
-		secrets: secrets, api: mgr.GetAPIReader(), secretNames: secretNames, results: results}
+		secrets: secrets, api: mgr.GetAPIReader(), secretNames: secretNames, keys: keys, results: results}
 	if err := clusters.SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -48,12 +54,13 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config, namespaces []string) error {
 		return err
 	}
 	for _, kind := range sqlKinds() {
-		r := &SQLReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("tusk"), kind: kind, secrets: secrets, secretNames: secretNames, api: mgr.GetAPIReader()}
+		r := &SQLReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("tusk"), kind: kind, secrets: secrets, secretNames: secretNames,
+			api: mgr.GetAPIReader(), keys: keys}
 		if err := r.SetupWithManager(mgr); err != nil {
 			return err
 		}
 	}
-	return (&BackupReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("tusk")}).SetupWithManager(mgr)
+	return (&BackupReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("tusk"), keys: keys}).SetupWithManager(mgr)
 }
 
 // CacheOptions limit what the manager's cache holds to the objects Tusk
@@ -65,8 +72,9 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config, namespaces []string) error {
 // Secrets of a large cluster alone run to gigabytes. A Secret the user
 // names is read with an uncached GET (secretReader) and watched by name
 // only (newSecretNameCache). namespaces limit the cache to those
-// namespaces; every namespace when empty.
-func CacheOptions(namespaces []string) cache.Options {
+// namespaces; every namespace when empty. The Secrets of operatorNamespace
+// are cached too: the clusters' keys are there (keyStore).
+func CacheOptions(namespaces []string, operatorNamespace string) cache.Options {
 	ours := tuskObjects()
 	byObject := map[client.Object]cache.ByObject{}
 	for _, o := range []client.Object{
@@ -80,9 +88,9 @@ func CacheOptions(namespaces []string) cache.Options {
 	}
 	// Anyone may label a Secret or ConfigMap, of a MiB each: of those Tusk
 	// did not make the cache keeps little (trimSecretsAndConfigMaps).
-	for _, o := range []client.Object{&corev1.Secret{}, &corev1.ConfigMap{}} {
-		byObject[o] = cache.ByObject{Label: ours, Transform: trimSecretsAndConfigMaps}
-	}
+	trim := trimSecretsAndConfigMaps(operatorNamespace)
+	byObject[&corev1.ConfigMap{}] = cache.ByObject{Label: ours, Transform: trim}
+	byObject[&corev1.Secret{}] = cache.ByObject{Label: ours, Transform: trim, Namespaces: keysNamespaces(namespaces, operatorNamespace)}
 	return cache.Options{
 		ByObject:          byObject,
 		DefaultNamespaces: namespaceConfigs(namespaces),
@@ -97,6 +105,16 @@ func tuskObjects() labels.Selector {
 		panic(err) // a constant label key: cannot fail
 	}
 	return labels.NewSelector().Add(*ours)
+}
+
+// keysNamespaces are the namespaces whose Secrets are cached when the
+// operator watches namespaces only: those and its own, which holds the
+// clusters' keys. Every namespace (nil) when it watches all.
+func keysNamespaces(namespaces []string, operatorNamespace string) map[string]cache.Config {
+	if len(namespaces) == 0 || slices.Contains(namespaces, operatorNamespace) {
+		return namespaceConfigs(namespaces)
+	}
+	return namespaceConfigs(append(slices.Clone(namespaces), operatorNamespace))
 }
 
 func namespaceConfigs(namespaces []string) map[string]cache.Config {

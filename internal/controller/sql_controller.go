@@ -59,6 +59,8 @@ type SQLReconciler struct {
 	// api reads what the cache does not hold (objectApplier).
 	api     client.Reader
 	clients instanceClients
+	// keys holds the operator's certificate for each cluster.
+	keys keyStore
 }
 
 // sqlApply is the outcome of one attempt to apply an object.
@@ -305,15 +307,7 @@ func (r *SQLReconciler) primaryPod(ctx context.Context, c *tuskv1alpha1.Postgres
 }
 
 func (r *SQLReconciler) instanceClient(ctx context.Context, c *tuskv1alpha1.PostgresCluster) (*instanceClient, error) {
-	ca := &corev1.Secret{}
-	err := r.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: caSecretName(c)}, ca)
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("while reading the CA Secret: %w", err)
-	}
-	return r.clients.get(client.ObjectKeyFromObject(c), ca, instanceServerName(c))
+	return instanceClientFor(ctx, r.keys, &r.clients, c)
 }
 
 // record sets the object's conditions from the outcome, and tells of a

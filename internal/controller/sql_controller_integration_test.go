@@ -207,10 +207,11 @@ func TestRoleClientCertificate(t *testing.T) {
 		t.Fatalf("the certificate Secret of a role not applied yet: %v, want none", err)
 	}
 	// The primary applied the role: what the reconciler does next.
-	r := &SQLReconciler{Client: env.Client, secrets: secretReader{cached: env.Client, api: env.Client}, api: env.Client}
+	secrets := secretReader{cached: env.Client, api: env.Client}
+	r := &SQLReconciler{Client: env.Client, secrets: secrets, api: env.Client, keys: keyStore{secrets: secrets, namespace: operatorNamespace}}
 	var applied sqlApply
-	// The cluster's CA Secret comes from its own reconcile, which may not
-	// have run yet: the certificate waits for it, and says so.
+	// The cluster's keys come from its own reconcile, which may not have
+	// run yet: the certificate waits for them, and says so.
 	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
 		applied = sqlApply{reason: tuskv1alpha1.ReasonApplied, message: "applied on the primary pg-1: created role app_user"}
 		if err := r.issueRoleCertificateWhenApplied(ctx, role, get(t, ns, "pg", &tuskv1alpha1.PostgresCluster{}), &applied); err != nil {

@@ -67,13 +67,13 @@ func (r *SQLReconciler) issueRoleCertificateWhenApplied(ctx context.Context, rol
 // no identity: the instance API refuses it whatever its CommonName.
 func (r *SQLReconciler) reconcileRoleCertificate(ctx context.Context, role *tuskv1alpha1.PostgresRole, c *tuskv1alpha1.PostgresCluster) error {
 	name := roleCertSecretName(role)
-	caData, err := r.secrets.data(ctx, c.Namespace, caSecretName(c))
+	keys, err := r.keys.of(ctx, c)
 	if err != nil {
 		return err
 	}
-	serverCA, clientCA := roleCertificateCAs(c, caData)
+	serverCA, clientCA := roleCertificateCAs(c, secretData(keys))
 	if len(serverCA) == 0 || len(clientCA.CertPEM) == 0 || len(clientCA.KeyPEM) == 0 {
-		return sourceErrorf("the PostgresCluster %s has no certificates yet (Secret %s)", c.Name, caSecretName(c))
+		return sourceErrorf("the PostgresCluster %s has no certificates yet", c.Name)
 	}
 	existing, err := r.secrets.data(ctx, c.Namespace, name)
 	if err != nil {
@@ -94,7 +94,7 @@ func (r *SQLReconciler) reconcileRoleCertificate(ctx context.Context, role *tusk
 }
 
 // roleCertificateCAs are the CA that signed the cluster's server
-// certificate and the CA of its client certificates, from <cluster>-ca:
+// certificate and the CA of its client certificates, from its keys Secret:
 // one CA when Tusk made it, two when spec.tls.caSecret names the user's
 // (see clusterClientCA).
 func roleCertificateCAs(c *tuskv1alpha1.PostgresCluster, caData map[string][]byte) ([]byte, pki.KeyPair) {

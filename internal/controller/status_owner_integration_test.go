@@ -88,7 +88,7 @@ func startOperator(t *testing.T, ns string, clock *clocktesting.FakePassiveClock
 	}
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:  s,
-		Cache:   CacheOptions([]string{ns}),
+		Cache:   CacheOptions([]string{ns}, operatorNamespace),
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		// The suite's manager has controllers of the same names.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},

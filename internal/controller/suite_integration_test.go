@@ -21,12 +21,19 @@ import (
 
 var env *testenv.Env
 
-// restartNamespace is the one namespace the suite's manager does not
-// watch: TestScheduleAcrossARestart runs operators of its own there, one
+// operatorNamespace is the operator's namespace in these tests, where the
+// clusters' keys are kept.
+const operatorNamespace = "tusk-system"
+
+// restartNamespace is a namespace the suite's manager does not watch: TestScheduleAcrossARestart runs operators of its own there, one
 // after the other.
 var restartNamespace = fmt.Sprintf("ctrl-restart-%d", time.Now().UnixNano()%1e6)
 
-// workersNamespace is the other: TestStuckClusterDoesNotDelayOtherBackups
+// upgradeNamespace is another: TestKeysMoveFromAnEarlierTusk runs an
+// operator of its own there, stops it, and starts it again.
+var upgradeNamespace = fmt.Sprintf("ctrl-upgrade-%d", time.Now().UnixNano()%1e6)
+
+// workersNamespace is another: TestStuckClusterDoesNotDelayOtherBackups
 // runs a backup reconciler of its own there, with the operator's workers.
 var workersNamespace = fmt.Sprintf("ctrl-workers-%d", time.Now().UnixNano()%1e6)
 
@@ -48,9 +55,13 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	cache := CacheOptions(nil)
+	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	cache := CacheOptions(nil, operatorNamespace)
 	cache.DefaultFieldSelector = fields.AndSelectors(fields.OneTermNotEqualSelector("metadata.namespace", restartNamespace),
-		fields.OneTermNotEqualSelector("metadata.namespace", workersNamespace))
+		fields.OneTermNotEqualSelector("metadata.namespace", workersNamespace), fields.OneTermNotEqualSelector("metadata.namespace", upgradeNamespace))
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:  s,
 		Cache:   cache,

@@ -70,7 +70,7 @@ func TestExpiringCAIsWarnedAbout(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := events.NewFakeRecorder(10)
-	r := &ClusterReconciler{Recorder: rec}
+	r := &ClusterReconciler{Recorder: rec, keys: keyStore{namespace: "tusk-system"}}
 	c := defaultCluster()
 	r.warnExpiringCA(c, lasting, now)
 	r.warnExpiringCA(c, ending, now)
@@ -81,7 +81,7 @@ func TestExpiringCAIsWarnedAbout(t *testing.T) {
 	for e := range rec.Events {
 		got = append(got, e)
 	}
-	if len(got) != 2 || !strings.Contains(got[0], "Warning CAExpiring") || !strings.Contains(got[0], "delete the Secret "+caSecretName(c)) {
+	if len(got) != 2 || !strings.Contains(got[0], "Warning CAExpiring") || !strings.Contains(got[0], "delete the Secret "+keysSecretName(c.Namespace, c.Name)+" in the operator's namespace tusk-system") {
 		t.Errorf("events %q, want two CAExpiring warnings an hour apart saying how to renew", got)
 	}
 }

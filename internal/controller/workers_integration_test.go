@@ -41,9 +41,9 @@ func TestStuckClusterDoesNotDelayOtherBackups(t *testing.T) {
 	stuck.Name = "stuck"
 	create(t, stuck)
 	caData, _ := startHungManager(t, hungPodIP+":8000", instanceServerName(stuck))
-	// The operator-only CA Secret as the cluster's reconciler makes it.
-	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: caSecretName(stuck), Namespace: ns, Labels: clusterLabels(stuck),
-		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(stuck, tuskv1alpha1.GroupVersion.WithKind("PostgresCluster"))}},
+	// The keys Secret as the cluster's reconciler makes it.
+	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: keysSecretName(ns, stuck.Name), Namespace: operatorNamespace,
+		Labels: map[string]string{LabelCluster: stuck.Name, LabelClusterNamespace: ns, LabelClusterUID: string(stuck.UID)}},
 		Data: caData})
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "stuck-1", Namespace: ns, Labels: clusterLabels(stuck)},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "postgres"}}}}
@@ -95,7 +95,7 @@ func startBackupReconciler(t *testing.T, ns string) (stop func()) {
 	}
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:  s,
-		Cache:   CacheOptions([]string{ns}),
+		Cache:   CacheOptions([]string{ns}, operatorNamespace),
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		// The suite's manager has a controller of the same name.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true), MaxConcurrentReconciles: operatorWorkers},
@@ -103,7 +103,8 @@ func startBackupReconciler(t *testing.T, ns string) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (&BackupReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+	keys := keyStore{secrets: secretReader{cached: mgr.GetClient(), api: mgr.GetAPIReader()}, namespace: operatorNamespace}
+	if err := (&BackupReconciler{Client: mgr.GetClient(), keys: keys}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

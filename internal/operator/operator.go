@@ -100,7 +100,7 @@ func newManager(ctx context.Context, cfg *rest.Config, opts Options) (ctrl.Manag
 	shutdown := opts.GracefulShutdownTimeout
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        s,
-		Cache:                         controller.CacheOptions(opts.WatchNamespaces),
+		Cache:                         controller.CacheOptions(opts.WatchNamespaces, opts.Controllers.OperatorNamespace),
 		Logger:                        ctrl.LoggerFrom(ctx),
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        opts.ProbeAddr,

@@ -80,7 +80,7 @@ func TestOperatorLifecycle(t *testing.T) {
 			MetricsAddr: metricsAddr, SecureMetrics: true, ProbeAddr: probeAddr,
 			LeaderElect: true, LeaderElectionNamespace: "default",
 			GracefulShutdownTimeout: 10 * time.Second,
-			Controllers:             controller.Config{InstanceManagerImage: "tusk/operator:test"},
+			Controllers:             controller.Config{InstanceManagerImage: "tusk/operator:test", OperatorNamespace: "default"},
 		})
 	}()
 	defer cancel()

@@ -72,7 +72,7 @@ func TestNamespacedInstall(t *testing.T) {
 		done <- operator.Run(runCtx, cfg, operator.Options{
 			MetricsAddr: "0", ProbeAddr: "0", LeaderElect: true, LeaderElectionNamespace: "tusk-system",
 			GracefulShutdownTimeout: 10 * time.Second, WatchNamespaces: []string{"postgres"},
-			Controllers: controller.Config{InstanceManagerImage: "tusk/operator:test"},
+			Controllers: controller.Config{InstanceManagerImage: "tusk/operator:test", OperatorNamespace: "tusk-system"},
 		})
 	}()
 	defer func() {
@@ -89,7 +89,8 @@ func TestNamespacedInstall(t *testing.T) {
 				return err
 			}
 		}
-		return nil
+		// The cluster's keys, in the operator's namespace.
+		return env.Client.Get(ctx, client.ObjectKey{Namespace: "tusk-system", Name: "postgres.pg.keys"}, &corev1.Secret{})
 	})
 	// The served cluster, created last, is reconciled; the other one, in a
 	// namespace the operator may not even read, never is.

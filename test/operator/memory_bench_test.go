@@ -79,7 +79,7 @@ func startOperator(b *testing.B, env *testenv.Env) (stop func()) {
 	go func() {
 		done <- operator.Run(ctx, env.Config, operator.Options{
 			MetricsAddr: "0", ProbeAddr: "0", GracefulShutdownTimeout: 10 * time.Second,
-			Controllers: controller.Config{InstanceManagerImage: "tusk/operator:bench"},
+			Controllers: controller.Config{InstanceManagerImage: "tusk/operator:bench", OperatorNamespace: "default"},
 		})
 	}()
 	return func() {
