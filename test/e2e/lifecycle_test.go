@@ -767,7 +767,7 @@ func createAndDeleteCluster(t *testing.T, ns, name, reclaimPolicy string) []stri
 }
 
 // waitClusterObjectsGone waits until the cluster's pods, Services and
-// Secrets are deleted; with keptSecrets, the superuser and owner Secrets
+// Secrets, and its keys in the operator's namespace, are deleted; with keptSecrets, the superuser and owner Secrets
 // are kept with the volumes, and not waited for.
 func waitClusterObjectsGone(t *testing.T, ns, cluster string, keptSecrets bool) {
 	t.Helper()
@@ -790,6 +790,12 @@ func waitClusterObjectsGone(t *testing.T, ns, cluster string, keptSecrets bool) 
 			if err := notFound("Secret "+cluster+suffix, err); err != nil {
 				return false, err
 			}
+		}
+		// The cluster's keys, in the operator's namespace, go with it.
+		keys := ns + "." + cluster + ".keys"
+		_, err = clientset.CoreV1().Secrets(operatorNamespace).Get(ctx, keys, metav1.GetOptions{})
+		if err := notFound("Secret "+operatorNamespace+"/"+keys, err); err != nil {
+			return false, err
 		}
 		return true, nil
 	})
