@@ -86,7 +86,7 @@ type ClientTLS struct {
 // ReservedParameters are the PgBouncer settings Tusk sets itself: where it
 // listens and logs, how users authenticate, TLS on both sides, and what
 // the PostgresPooler spec has fields for. api/v1alpha1's CEL rule refuses
-// the same list (TestReservedParametersMatchTheAPI).
+// the same list (test/crd TestInvalidPoolersAreRejectedOnCreate creates a pooler with each).
 var ReservedParameters = []string{
 	"admin_users", "auth_dbname", "auth_file", "auth_hba_file", "auth_ident_file", "auth_query", "auth_type", "auth_user",
 	"client_tls_ca_file", "client_tls_cert_file", "client_tls_key_file", "client_tls_sslmode",
