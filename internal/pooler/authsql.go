@@ -5,6 +5,11 @@ import (
 	"strings"
 )
 
+// AuthRole is the role every pooler looks users up as: a login with no
+// password, let in by a client certificate only. Roles named tusk_* are
+// Tusk's (the API refuses them in a PostgresRole).
+const AuthRole = "tusk_pooler_auth"
+
 // AuthSchema holds the lookup function; AuthQuery is how PgBouncer calls it.
 const (
 	AuthSchema   = "tusk_pooler"

@@ -29,7 +29,7 @@ import (
 )
 
 const (
-	authRole    = "tusk_pooler_auth"
+	authRole    = pooler.AuthRole
 	appUser     = "app"
 	appPassword = "app secret"
 	waitTimeout = time.Minute
