@@ -164,7 +164,12 @@ func runAsPostgres(t testing.TB, name string, args ...string) {
 }
 
 func commandAsPostgres(name string, args ...string) *exec.Cmd {
-	cmd := exec.Command(name, args...)
+	return commandAsPostgresContext(context.Background(), name, args...)
+}
+
+// commandAsPostgresContext is commandAsPostgres killed when ctx ends.
+func commandAsPostgresContext(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: pgUser}
 	return cmd
 }
@@ -276,6 +281,9 @@ type bouncer struct {
 	mu     sync.Mutex
 	log    bytes.Buffer
 	exited chan struct{}
+	// ctx ends when the test does, killing an admin command still
+	// waiting for an answer (a PAUSE that never completes).
+	ctx context.Context
 }
 
 // poolerConfig is the configuration Tusk's pooler runs with, pointed at
@@ -297,7 +305,8 @@ func poolerConfig(t testing.TB, p *clusterPKI, dir, host string, port int) poole
 
 func startBouncer(t testing.TB, dir string, c pooler.Config) *bouncer {
 	t.Helper()
-	b := &bouncer{t: t, dir: dir, config: c, exited: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &bouncer{t: t, dir: dir, config: c, exited: make(chan struct{}), ctx: ctx}
 	b.writeConfig(c)
 	b.cmd = exec.Command(pgbouncer, b.iniPath())
 	b.cmd.Stdout, b.cmd.Stderr = b, b
@@ -310,6 +319,7 @@ func startBouncer(t testing.TB, dir string, c pooler.Config) *bouncer {
 		close(b.exited)
 	}()
 	t.Cleanup(b.stop)
+	t.Cleanup(cancel) // first: cleanups run last registered first
 	testenv.Eventually(t, waitTimeout, func(context.Context) error {
 		select {
 		case <-b.exited:
@@ -365,7 +375,7 @@ func (b *bouncer) stop() {
 // pooler's pod will), and returns psql's output and how long it took.
 func (b *bouncer) admin(command string) (string, time.Duration, error) {
 	start := time.Now()
-	out, err := commandAsPostgres(filepath.Join(pgBinDir, "psql"), "-X", "-A", "-t", "-h", b.dir,
+	out, err := commandAsPostgresContext(b.ctx, filepath.Join(pgBinDir, "psql"), "-X", "-A", "-t", "-h", b.dir,
 		"-p", strconv.Itoa(b.config.ListenPort), "-U", "pgbouncer", "-d", "pgbouncer", "-c", command).CombinedOutput()
 	if err != nil {
 		err = fmt.Errorf("%s: %w: %s", command, err, out)

@@ -117,7 +117,7 @@ func TestPauseWaitsForTheTransactionInFlightAndHoldsTheRest(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatalf("the transaction in flight when PAUSE came: %v", err)
 	}
-	if err := <-paused; err != nil {
+	if err := receive(t, paused, "PAUSE"); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("PAUSE took %s, %s after the transaction in flight committed",
@@ -131,7 +131,7 @@ func TestPauseWaitsForTheTransactionInFlightAndHoldsTheRest(t *testing.T) {
 	p.repoint(t)
 	resumed := time.Now()
 	p.bnc.mustAdmin("RESUME")
-	if err := <-heldAnswer; err != nil {
+	if err := receive(t, heldAnswer, "the held query"); err != nil {
 		t.Fatalf("the query held across the PAUSE: %v", err)
 	}
 	t.Logf("the held query waited %s in all, answered %s after RESUME",
