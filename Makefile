@@ -87,10 +87,10 @@ unit: ## Unit tests: pure functions, no servers.
 	$(GOTESTSUM) --format testname -- $(GO_TEST_FLAGS) ./...
 
 .PHONY: integration
-integration: ## Unit tests plus integration tests: controllers and CRDs on a real kube-apiserver and etcd (envtest), the instance manager on real PostgreSQL, backups on a real S3 server (MinIO), alert rules and scrapes with a real promtool, major upgrades in the PostgreSQL images' root filesystems (as root).
+integration: ## Unit tests plus integration tests: controllers and CRDs on a real kube-apiserver and etcd (envtest), the instance manager on real PostgreSQL, the pooler's PgBouncer against it, backups on a real S3 server (MinIO), alert rules and scrapes with a real promtool, major upgrades in the PostgreSQL images' root filesystems (as root).
 	@mkdir -p $(TEST_REPORTS)
 	KUBEBUILDER_ASSETS=$$(hack/build-k8s.sh kube-apiserver etcd) TUSK_PG_BINDIR=$$(hack/install-postgres.sh) \
-	TUSK_PG_BINDIR_17=$$(hack/install-postgres-rootfs.sh 17) \
+	TUSK_PG_BINDIR_17=$$(hack/install-postgres-rootfs.sh 17) TUSK_PGBOUNCER=$$(hack/install-pgbouncer.sh) \
 	TUSK_MINIO_BIN=$$(hack/install-minio.sh) TUSK_PROMETHEUS_BINDIR=$$(hack/install-prometheus.sh) \
 	TUSK_PROMETHEUS_OPERATOR_CRDS=$$(hack/install-prometheus-operator-crds.sh) \
 	TUSK_PG_ROOTFS_15=$$(hack/images.sh rootfs 15) TUSK_PG_ROOTFS_17=$$(hack/images.sh rootfs 17) TUSK_PG_ROOTFS_18=$$(hack/images.sh rootfs 18) \

@@ -10,9 +10,11 @@
 #   hack/images.sh rootfs MAJOR       print the path of the PostgreSQL MAJOR root
 #                                     filesystem tarball (the upgrade tests run
 #                                     pg_upgrade in them), building it if needed
+#   hack/images.sh rootfs pgbouncer   the same for PgBouncer's root filesystem
+#                                     (hack/install-pgbouncer.sh runs its binary)
 #
-# IMAGE: operator postgres-15 postgres-17 postgres-18 pause coredns minio
-# prometheus (default: operator postgres-15 postgres-17 postgres-18; minio is the S3 server the
+# IMAGE: operator postgres-15 postgres-17 postgres-18 pgbouncer pause coredns
+# minio prometheus (default: operator postgres-15 postgres-17 postgres-18; minio is the S3 server the
 # backup e2e tests run in the cluster, prometheus the server the monitoring
 # e2e test runs). Images are written by hack/imagebuild
 # (go-containerregistry, the library behind crane). PostgreSQL root
@@ -34,6 +36,7 @@ PAUSE_TAG=tusk/pause:dev
 COREDNS_TAG=tusk/coredns:1.15.0
 MINIO_TAG=tusk/minio:dev
 PROMETHEUS_TAG=tusk/prometheus:dev
+PGBOUNCER_TAG=tusk/pgbouncer:dev
 NONROOT=65532:65532
 
 # imagebuild prints the path of the image writer, built once per recipe (its
@@ -120,6 +123,52 @@ unmount_under() {
   done
 }
 
+# PgBouncer comes from the Debian suite whose release is new enough for
+# what Tusk's pooler uses (1.24: trixie).
+PGBOUNCER_SUITE=trixie
+
+# pgbouncer_rootfs prints the path of a cached tarball of a minimal Debian
+# root filesystem with pgbouncer installed, building it once (the same
+# sidecar .user as pg_rootfs: the uid:gid the image runs as).
+pgbouncer_rootfs() {
+  local key out
+  key=$(recipe_key <(declare -f debootstrap_pgbouncer) <(echo "$PGBOUNCER_SUITE"))
+  out="$TUSK_CACHE_DIR/rootfs/pgbouncer-$PGBOUNCER_SUITE-$key.tar"
+  locked "$out.lock" ensure_pgbouncer_rootfs "$out"
+  echo "$out"
+}
+
+ensure_pgbouncer_rootfs() {
+  local out=$1
+  [ ! -f "$out" ] || [ ! -f "$out.user" ] || return 0
+  need_root "building PgBouncer's root filesystem (debootstrap)"
+  apt_ensure debootstrap:debootstrap
+  timed "debootstrap $PGBOUNCER_SUITE with pgbouncer" debootstrap_pgbouncer "$out"
+}
+
+# debootstrap_pgbouncer is debootstrap_pg's recipe for the pgbouncer
+# package (kept apart so that changing one never rebuilds the other's
+# cached root filesystems). PgBouncer refuses to run as root; the package's
+# postgres user runs it, with the uid the PostgreSQL images give theirs.
+debootstrap_pgbouncer() {
+  local out=$1 dir
+  dir=$(mktemp -d "$TUSK_CACHE_DIR/rootfs/build.XXXX")
+  log "Running debootstrap $PGBOUNCER_SUITE + pgbouncer (2 to 10 minutes)"
+  if ! debootstrap --variant=minbase --include=pgbouncer "$PGBOUNCER_SUITE" "$dir" "$(debian_mirror)" >"$dir.log" 2>&1; then
+    unmount_under "$dir"
+    die "debootstrap $PGBOUNCER_SUITE failed: see $dir.log"
+  fi
+  rm -f "$dir.log"
+  unmount_under "$dir"
+  chroot "$dir" sh -c 'set -e; u=$(id -u postgres); usermod -u 999 postgres
+    find / -xdev -uid "$u" -exec chown -h 999 {} +'
+  rm -rf "$dir"/var/lib/apt/lists/* "$dir"/var/cache/apt/* "$dir"/usr/share/doc/* "$dir"/usr/share/man/*
+  echo "$(chroot "$dir" id -u postgres):$(chroot "$dir" id -g postgres)" >"$out.user.tmp"
+  tar --numeric-owner -C "$dir" --exclude='./dev/*' --exclude='./proc/*' --exclude='./sys/*' -cf "$out.tmp" .
+  rm -rf "$dir"
+  mv "$out.user.tmp" "$out.user" && mv "$out.tmp" "$out"
+}
+
 # Each build_* writes one image tarball and prints its path.
 build_operator() {
   local out="$root/.cache/images/operator.tar"
@@ -146,6 +195,25 @@ write_postgres_image() {
   "$(imagebuild)" -tag "tusk/postgres:$major" -out "$out" -layer "$rootfs" -user "$(cat "$rootfs.user")" \
     -env "PATH=/usr/lib/postgresql/$major/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
     -env LANG=C.UTF-8 -workdir /var/lib/postgresql
+}
+
+build_pgbouncer() {
+  local rootfs key out
+  rootfs=$(pgbouncer_rootfs)
+  key=$(recipe_key "$rootfs.user" <(echo "$rootfs") <(declare -f write_pgbouncer_image))
+  out="$TUSK_CACHE_DIR/images/pgbouncer-$key.tar"
+  locked "$out.lock" write_pgbouncer_image "$rootfs" "$out"
+  echo "$out"
+}
+
+# The operator's pods give PgBouncer its configuration file; the image only
+# says which program runs.
+write_pgbouncer_image() {
+  local rootfs=$1 out=$2
+  [ ! -f "$out" ] || return 0
+  log "Writing image $PGBOUNCER_TAG"
+  "$(imagebuild)" -tag "$PGBOUNCER_TAG" -out "$out" -layer "$rootfs" -user "$(cat "$rootfs.user")" \
+    -env LANG=C.UTF-8 -workdir /var/lib/postgresql -entrypoint /usr/sbin/pgbouncer
 }
 
 # build_static NAME TAG BINARY DEST: an image holding one static binary.
@@ -193,11 +261,12 @@ build_one() {
   case $1 in
     operator) build_operator ;;
     postgres-*) build_postgres "$(pg_suite "${1#postgres-}")" "${1#postgres-}" ;;
+    pgbouncer) build_pgbouncer ;;
     pause) build_pause ;;
     coredns) build_coredns ;;
     minio) build_minio ;;
     prometheus) build_prometheus ;;
-    *) die "unknown image $1: want operator, postgres-15, postgres-17, postgres-18, pause, coredns, minio or prometheus." ;;
+    *) die "unknown image $1: want operator, postgres-15, postgres-17, postgres-18, pgbouncer, pause, coredns, minio or prometheus." ;;
   esac
 }
 
@@ -252,7 +321,13 @@ main() {
   case $cmd in
     build) for i in "${images[@]}"; do build_one "$i"; done ;;
     load) load_all "$(load_target)" "${images[@]}" ;;
-    rootfs) pg_rootfs "$(pg_suite "${images[0]:-}")" "${images[0]:-}" ;;
+    rootfs)
+      if [ "${images[0]:-}" = pgbouncer ]; then
+        pgbouncer_rootfs
+      else
+        pg_rootfs "$(pg_suite "${images[0]:-}")" "${images[0]:-}"
+      fi
+      ;;
     images)
       local target
       target=$(load_target)
@@ -263,7 +338,7 @@ main() {
         load_all "$target" "${images[@]}"
       fi
       ;;
-    *) die "usage: $0 build|load|images [IMAGE...] or $0 rootfs MAJOR" ;;
+    *) die "usage: $0 build|load|images [IMAGE...] or $0 rootfs MAJOR|pgbouncer" ;;
   esac
 }
 

@@ -12,8 +12,8 @@
 # root's home when the tests run as root, where the postgres OS user that
 # runs the servers cannot reach. They were built against a newer C library than the
 # host's, so each program is pointed at the image's own dynamic loader and
-# libraries (patchelf: interpreter and DT_RPATH, which also serves the
-# libraries postgres loads later, such as libpqwalreceiver's libpq).
+# libraries (relocate_elf in hack/lib.sh), which also serve the libraries
+# postgres loads later, such as libpqwalreceiver's libpq.
 # PostgreSQL finds its share and lib directories relative to the program,
 # which stay where the image has them under the unpacked root.
 set -euo pipefail
@@ -24,26 +24,17 @@ here=$(cd "$(dirname "$0")" && pwd)
 major=${1:-}
 [[ "$major" =~ ^[0-9]+$ ]] || die "usage: $0 MAJOR (such as 17)"
 tarball=$("$here/images.sh" rootfs "$major")
-key=$(recipe_key "$0" <(basename "$tarball"))
+key=$(recipe_key "$0" <(basename "$tarball") <(declare -f relocate_elf))
 root="${TUSK_PG_HOST_DIR:-/opt/tusk}/postgres-$major-$key"
 bindir="$root/usr/lib/postgresql/$major/bin"
 
 unpack() {
   [ ! -x "$bindir/postgres" ] || return 0
-  apt_ensure patchelf:patchelf
-  local tmp libdir loader f
+  local tmp
   tmp=$(mktemp -d "$(dirname "$root")/build.XXXX")
   log "Unpacking PostgreSQL $major's programs from $tarball"
   tar -xf "$tarball" -C "$tmp" ./usr/lib/postgresql/"$major" ./usr/share/postgresql/"$major" ./usr/lib/x86_64-linux-gnu
-  libdir="$root/usr/lib/x86_64-linux-gnu"
-  loader="$libdir/ld-linux-x86-64.so.2"
-  for f in "$tmp/usr/lib/postgresql/$major"/bin/* "$tmp/usr/lib/postgresql/$major"/lib/*.so; do
-    [ "$(head -c4 "$f" | tail -c3)" = ELF ] || continue
-    case $f in
-    */bin/*) patchelf --set-interpreter "$loader" --force-rpath --set-rpath "$libdir" "$f" ;;
-    *) patchelf --force-rpath --set-rpath "$libdir" "$f" ;;
-    esac
-  done
+  relocate_elf "$root/usr/lib/x86_64-linux-gnu" "$tmp/usr/lib/postgresql/$major"/bin/* "$tmp/usr/lib/postgresql/$major"/lib/*.so
   # The tests run postgres as the postgres OS user.
   chmod -R a+rX "$tmp"
   chmod 755 "$tmp"

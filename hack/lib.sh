@@ -72,6 +72,24 @@ build_once_locked() {
   done
 }
 
+# relocate_elf LIBDIR FILE... makes programs and libraries unpacked from a
+# newer Debian's root filesystem run on this host: each ELF FILE is pointed
+# at LIBDIR's own dynamic loader (programs) and libraries (DT_RPATH, which,
+# unlike RUNPATH, also serves the libraries they load in turn). Files that
+# are not ELF are left alone. LIBDIR is where the files will be run from.
+relocate_elf() {
+  local libdir=$1 f
+  shift
+  apt_ensure patchelf:patchelf
+  for f in "$@"; do
+    [ "$(head -c4 "$f" | tail -c3)" = ELF ] || continue
+    case $f in
+    *.so | *.so.*) patchelf --force-rpath --set-rpath "$libdir" "$f" ;;
+    *) patchelf --set-interpreter "$libdir/ld-linux-x86-64.so.2" --force-rpath --set-rpath "$libdir" "$f" ;;
+    esac
+  done
+}
+
 # timed LABEL CMD... runs CMD and logs how long it took.
 timed() {
   local label=$1 start=$SECONDS

@@ -1,6 +1,6 @@
-// Package v1alpha1 holds the Tusk API: PostgresCluster, PostgresBackup and
+// Package v1alpha1 holds the Tusk API: PostgresCluster, PostgresBackup,
 // the declarative SQL objects (PostgresRole, PostgresDatabase,
-// PostgresPublication, PostgresSubscription).
+// PostgresPublication, PostgresSubscription) and PostgresPooler.
 //
 // It describes; it does not do. This package depends only on the Kubernetes
 // API machinery, never on the rest of Tusk, so any client can import the API
@@ -35,6 +35,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&PostgresDatabase{}, &PostgresDatabaseList{},
 		&PostgresPublication{}, &PostgresPublicationList{},
 		&PostgresSubscription{}, &PostgresSubscriptionList{},
+		&PostgresPooler{}, &PostgresPoolerList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

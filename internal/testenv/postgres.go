@@ -130,3 +130,17 @@ func BuildTuskForPostgres() (binary string, remove func(), err error) {
 	}
 	return binary, remove, nil
 }
+
+// PgBouncerProgram finds PgBouncer 1.24 or later for the pooler's tests:
+// $TUSK_PGBOUNCER (hack/install-pgbouncer.sh prints it; make integration
+// sets it).
+func PgBouncerProgram() (string, error) {
+	path := os.Getenv("TUSK_PGBOUNCER")
+	if path == "" {
+		return "", errors.New("no PgBouncer: set TUSK_PGBOUNCER to the output of hack/install-pgbouncer.sh")
+	}
+	if _, err := os.Stat(path); err != nil { //nolint:gosec // a program the developer or CI chose
+		return "", fmt.Errorf("TUSK_PGBOUNCER: %w", err)
+	}
+	return path, nil
+}

@@ -72,7 +72,7 @@ func TestEveryFieldIsDescribed(t *testing.T) {
 
 func TestNamesAndSubresources(t *testing.T) {
 	want := map[string]string{"PostgresCluster": "pgc", "PostgresBackup": "pgb", "PostgresRole": "pgrole",
-		"PostgresDatabase": "pgdb", "PostgresPublication": "pgpub", "PostgresSubscription": "pgsub"}
+		"PostgresDatabase": "pgdb", "PostgresPublication": "pgpub", "PostgresSubscription": "pgsub", "PostgresPooler": "pgpooler"}
 	crds := loadCRDs(t)
 	if len(crds) != len(want) {
 		t.Fatalf("got %d CRDs, want %d", len(crds), len(want))

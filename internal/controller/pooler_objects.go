@@ -1,0 +1,231 @@
+package controller
+
+import (
+	"fmt"
+	"path"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/pooler"
+)
+
+// The objects of a PostgresPooler, built from its spec alone. Nothing
+// creates them yet (issue 35): these are the builders its reconciler will
+// apply.
+
+// LabelPooler names the PostgresPooler a pod, Service or budget belongs to.
+// The pooler's pods carry no LabelCluster: the cluster's -r Service and
+// its budget select every pod with that label.
+const LabelPooler = "tusk.dev/pooler"
+
+// Paths inside a pooler pod.
+const (
+	poolerConfigMount = "/etc/pgbouncer"
+	poolerINI         = "pgbouncer.ini"
+	poolerCAMount     = "/etc/tusk/tls/ca"
+	poolerAuthMount   = "/etc/tusk/tls/auth"
+	poolerTLSMount    = "/etc/tusk/tls/pooler"
+	poolerSocketMount = "/run/pgbouncer"
+)
+
+// poolerUser is the uid and gid PgBouncer runs as in tusk/pgbouncer (the
+// package's postgres user, given the PostgreSQL images' uid).
+const poolerUser = 999
+
+// poolerDrainDelay is how long a stopping pod keeps accepting clients so
+// that Services stop sending it new ones before PgBouncer's shutdown
+// refuses them.
+const poolerDrainDelay = 5
+
+func poolerConfigMapName(p *tuskv1alpha1.PostgresPooler) string  { return p.Name + "-config" }
+func poolerTLSSecretName(p *tuskv1alpha1.PostgresPooler) string  { return p.Name + "-tls" }
+func poolerAuthSecretName(p *tuskv1alpha1.PostgresPooler) string { return p.Name + "-auth-tls" }
+
+func poolerLabels(p *tuskv1alpha1.PostgresPooler) map[string]string {
+	return map[string]string{LabelPooler: p.Name}
+}
+
+func poolerObjectMeta(p *tuskv1alpha1.PostgresPooler, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: p.Namespace, Labels: poolerLabels(p)}
+}
+
+// poolerServerHost is the cluster Service the pooler sends clients to, by
+// a name the cluster's server certificate has (server TLS is verify-full).
+// A switchover moves the -rw Service to the new primary; the pooler is
+// paused across the move, then reconnects through the same name.
+func poolerServerHost(p *tuskv1alpha1.PostgresPooler) string {
+	c := siblingCluster(p.Namespace, p.Spec.Cluster.Name)
+	name := rwServiceName(c)
+	if p.Spec.Type == tuskv1alpha1.PoolerTypeRO {
+		name = roServiceName(c)
+	}
+	return name + "." + p.Namespace + ".svc"
+}
+
+// poolerConfig is the PgBouncer configuration of p's pods.
+func poolerConfig(p *tuskv1alpha1.PostgresPooler) pooler.Config {
+	pool := p.Spec.Pool
+	params := make(map[string]string, len(p.Spec.Parameters))
+	for k, v := range p.Spec.Parameters {
+		params[k] = string(v)
+	}
+	return pooler.Config{
+		ListenAddr: "*", ListenPort: postgresPort, SocketDir: poolerSocketMount,
+		ServerHost: poolerServerHost(p), ServerPort: postgresPort,
+		PoolMode: pooler.PoolMode(p.Spec.PoolMode),
+		Pools: pooler.PoolSizes{
+			DefaultPoolSize: int(ptr.Deref(pool.DefaultSize, 0)), MinPoolSize: int(ptr.Deref(pool.MinSize, 0)),
+			ReservePoolSize: int(ptr.Deref(pool.ReserveSize, 0)), MaxClientConn: int(ptr.Deref(pool.MaxClientConnections, 0)),
+			MaxDBConnections: int(ptr.Deref(pool.MaxDatabaseConnections, 0)),
+		},
+		AuthRole: pooler.AuthRole, AuthDatabase: "postgres",
+		ServerTLS: pooler.ServerTLS{CAFile: path.Join(poolerCAMount, keyCACert),
+			CertFile: path.Join(poolerAuthMount, corev1.TLSCertKey), KeyFile: path.Join(poolerAuthMount, corev1.TLSPrivateKeyKey)},
+		ClientTLS: pooler.ClientTLS{CertFile: path.Join(poolerTLSMount, corev1.TLSCertKey),
+			KeyFile: path.Join(poolerTLSMount, corev1.TLSPrivateKeyKey), Required: p.Spec.ClientTLS.Required},
+		Parameters: params,
+	}
+}
+
+// poolerConfigMap holds p's pgbouncer.ini, or says why it cannot be
+// written (the API server refuses what the builder would, so an error
+// means a spec that bypassed validation).
+func poolerConfigMap(p *tuskv1alpha1.PostgresPooler) (*corev1.ConfigMap, error) {
+	ini, err := pooler.INI(poolerConfig(p))
+	if err != nil {
+		return nil, fmt.Errorf("while configuring pooler %s: %w", p.Name, err)
+	}
+	return &corev1.ConfigMap{
+		ObjectMeta: poolerObjectMeta(p, poolerConfigMapName(p)),
+		Data:       map[string]string{poolerINI: ini},
+	}, nil
+}
+
+// poolerDeployment runs p's PgBouncer pods. A rolling update adds a new pod
+// before it removes an old one, so capacity never drops.
+func poolerDeployment(p *tuskv1alpha1.PostgresPooler, image string) *appsv1.Deployment {
+	zero, one := intstr.FromInt32(0), intstr.FromInt32(1)
+	return &appsv1.Deployment{
+		ObjectMeta: poolerObjectMeta(p, p.Name),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(p.Spec.Instances),
+			Selector: &metav1.LabelSelector{MatchLabels: poolerLabels(p)},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: &zero, MaxSurge: &one}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: poolerLabels(p)},
+				Spec:       poolerPodSpec(p, image),
+			},
+		},
+	}
+}
+
+func poolerPodSpec(p *tuskv1alpha1.PostgresPooler, image string) corev1.PodSpec {
+	cluster := siblingCluster(p.Namespace, p.Spec.Cluster.Name)
+	return corev1.PodSpec{
+		Containers: []corev1.Container{poolerContainer(p, image)},
+		Volumes: []corev1.Volume{
+			configMapVolume("config", poolerConfigMapName(p)),
+			configMapVolume("ca", caConfigMapName(cluster)),
+			secretVolume("auth-tls", poolerAuthSecretName(p)),
+			secretVolume("pooler-tls", poolerTLSSecretName(p)),
+			{Name: "socket", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		},
+		// fsGroup makes the mounted keys readable by PgBouncer's group.
+		SecurityContext: &corev1.PodSecurityContext{
+			RunAsNonRoot:   ptr.To(true),
+			RunAsUser:      ptr.To[int64](poolerUser),
+			RunAsGroup:     ptr.To[int64](poolerUser),
+			FSGroup:        ptr.To[int64](poolerUser),
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		Affinity:                      poolerAffinity(p),
+		TerminationGracePeriodSeconds: ptr.To[int64](terminationGracePeriod),
+		EnableServiceLinks:            ptr.To(false),
+		AutomountServiceAccountToken:  ptr.To(false),
+	}
+}
+
+func poolerContainer(p *tuskv1alpha1.PostgresPooler, image string) corev1.Container {
+	ready := &corev1.Probe{
+		ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("postgres")}},
+		PeriodSeconds: 5, FailureThreshold: 3,
+	}
+	return corev1.Container{
+		Name:            "pgbouncer",
+		Image:           image,
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Command:         []string{"/usr/sbin/pgbouncer", path.Join(poolerConfigMount, poolerINI)},
+		Ports:           []corev1.ContainerPort{{Name: "postgres", ContainerPort: postgresPort, Protocol: corev1.ProtocolTCP}},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: "config", MountPath: poolerConfigMount, ReadOnly: true},
+			{Name: "ca", MountPath: poolerCAMount, ReadOnly: true},
+			{Name: "auth-tls", MountPath: poolerAuthMount, ReadOnly: true},
+			{Name: "pooler-tls", MountPath: poolerTLSMount, ReadOnly: true},
+			{Name: "socket", MountPath: poolerSocketMount},
+		},
+		Resources:       p.Spec.Resources,
+		SecurityContext: containerSecurityContext(),
+		ReadinessProbe:  ready,
+		LivenessProbe:   ready,
+		// Kubernetes takes a stopping pod out of the Service as SIGTERM
+		// goes out; the pause lets that reach every node first. PgBouncer
+		// then answers SIGTERM by finishing its clients' work.
+		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+			Sleep: &corev1.SleepAction{Seconds: poolerDrainDelay},
+		}},
+	}
+}
+
+func configMapVolume(name, configMap string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+		LocalObjectReference: corev1.LocalObjectReference{Name: configMap},
+	}}}
+}
+
+// poolerAffinity prefers one pooler pod per node: a node lost takes one
+// pod's clients, not all.
+func poolerAffinity(p *tuskv1alpha1.PostgresPooler) *corev1.Affinity {
+	return &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+			Weight: 100, PodAffinityTerm: corev1.PodAffinityTerm{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: poolerLabels(p)},
+				TopologyKey:   corev1.LabelHostname,
+			},
+		}},
+	}}
+}
+
+// poolerService is the Service clients connect to: the pooler's name.
+func poolerService(p *tuskv1alpha1.PostgresPooler) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: poolerObjectMeta(p, p.Name),
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeClusterIP,
+			Selector: poolerLabels(p),
+			Ports: []corev1.ServicePort{{
+				Name: "postgres", Port: postgresPort, TargetPort: intstr.FromString("postgres"), Protocol: corev1.ProtocolTCP,
+			}},
+		},
+	}
+}
+
+// poolerPDB lets a drain take one pooler pod at a time. Like the
+// cluster's, it is for two pods or more: with one it would block every
+// drain of the node (the reconciler is to apply it only then).
+func poolerPDB(p *tuskv1alpha1.PostgresPooler) *policyv1.PodDisruptionBudget {
+	one := intstr.FromInt32(1)
+	return &policyv1.PodDisruptionBudget{
+		ObjectMeta: poolerObjectMeta(p, p.Name),
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			Selector:       &metav1.LabelSelector{MatchLabels: poolerLabels(p)},
+			MaxUnavailable: &one,
+		},
+	}
+}

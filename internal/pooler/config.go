@@ -1,0 +1,211 @@
+// Package pooler builds what a PgBouncer pooler of a Tusk cluster runs
+// with: its configuration file and the SQL that lets it look up users'
+// password verifiers through a low-privilege role. Pure functions of their
+// input; the operator and the tests write the results where PgBouncer and
+// PostgreSQL read them.
+package pooler
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// PoolMode is when PgBouncer gives a server connection back to the pool.
+type PoolMode string
+
+const (
+	// PoolModeTransaction shares server connections between transactions:
+	// the mode that lets a pause wait for transactions, not sessions.
+	PoolModeTransaction PoolMode = "transaction"
+	// PoolModeSession keeps one server connection per client session.
+	PoolModeSession PoolMode = "session"
+)
+
+// Config is one pooler's PgBouncer configuration, as the operator decides
+// it. File paths are where the pod (or the test) puts them.
+type Config struct {
+	// ListenAddr and ListenPort are where clients connect.
+	ListenAddr string
+	ListenPort int
+	// SocketDir holds PgBouncer's Unix socket: its admin console, reached
+	// there by its own OS user (PAUSE, RESUME, RELOAD).
+	SocketDir string
+	// ServerHost and ServerPort are the PostgreSQL server every database
+	// goes to; ServerHost must be a name or address in the server's
+	// certificate (server TLS is verify-full).
+	ServerHost string
+	ServerPort int
+	PoolMode   PoolMode
+	Pools      PoolSizes
+	// AuthRole is the role PgBouncer looks users up as (AuthFunctionSQL),
+	// logging in with the client certificate ServerTLS names.
+	AuthRole string
+	// AuthDatabase holds the lookup function.
+	AuthDatabase string
+	ServerTLS    ServerTLS
+	ClientTLS    ClientTLS
+	// Parameters are the user's other PgBouncer settings; the ones Tusk
+	// sets itself (ReservedParameters) are refused.
+	Parameters map[string]string
+}
+
+// PoolSizes are PgBouncer's pool limits; zero leaves PgBouncer's default.
+type PoolSizes struct {
+	DefaultPoolSize  int
+	MinPoolSize      int
+	ReservePoolSize  int
+	MaxClientConn    int
+	MaxDBConnections int
+}
+
+// ServerTLS is how PgBouncer reaches PostgreSQL: always verify-full
+// against the cluster's CA, presenting the auth role's client certificate
+// (PostgreSQL checks it only where pg_hba.conf says cert: the auth role's
+// logins; users' logins are checked with their SCRAM verifiers).
+type ServerTLS struct {
+	CAFile   string
+	CertFile string
+	KeyFile  string
+}
+
+// ClientTLS is what PgBouncer offers its clients: a server certificate the
+// cluster's CA signed, and whether clients must use it.
+type ClientTLS struct {
+	CertFile string
+	KeyFile  string
+	// Required refuses clients without TLS (client_tls_sslmode = require);
+	// otherwise TLS is offered (prefer).
+	Required bool
+}
+
+// ReservedParameters are the PgBouncer settings Tusk sets itself: where it
+// listens and logs, how users authenticate, TLS on both sides, and what
+// the PostgresPooler spec has fields for. api/v1alpha1's CEL rule refuses
+// the same list (test/crd TestInvalidPoolersAreRejectedOnCreate creates a pooler with each).
+var ReservedParameters = []string{
+	"admin_users", "auth_dbname", "auth_file", "auth_hba_file", "auth_ident_file", "auth_query", "auth_type", "auth_user",
+	"client_tls_ca_file", "client_tls_cert_file", "client_tls_key_file", "client_tls_sslmode",
+	"conffile", "default_pool_size", "listen_addr", "listen_port", "logfile",
+	"max_client_conn", "max_db_connections", "min_pool_size", "peer_id", "pidfile", "pool_mode", "reserve_pool_size",
+	"server_tls_ca_file", "server_tls_cert_file", "server_tls_key_file", "server_tls_sslmode",
+	"so_reuseport", "stats_users", "unix_socket_dir", "unix_socket_group", "unix_socket_mode", "user",
+}
+
+var parameterName = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+
+// hostPattern is what a server host may be: a DNS name or an IP address,
+// nothing PgBouncer's connection string would need quoted.
+var hostPattern = regexp.MustCompile(`^[A-Za-z0-9.:-]+$`)
+
+// Validate says what is wrong with c, in words a user can act on.
+func (c Config) Validate() error {
+	var errs []error
+	if c.PoolMode != PoolModeTransaction && c.PoolMode != PoolModeSession {
+		errs = append(errs, fmt.Errorf("pool mode %q: want %q or %q", c.PoolMode, PoolModeTransaction, PoolModeSession))
+	}
+	if !hostPattern.MatchString(c.ServerHost) {
+		errs = append(errs, fmt.Errorf("server host %q: want a DNS name or an IP address", c.ServerHost))
+	}
+	for name, port := range map[string]int{"listen port": c.ListenPort, "server port": c.ServerPort} {
+		if port < 1 || port > 65535 {
+			errs = append(errs, fmt.Errorf("%s %d: want 1 to 65535", name, port))
+		}
+	}
+	if c.AuthRole == "" || c.AuthDatabase == "" {
+		errs = append(errs, errors.New("the auth role and its database are required: PgBouncer looks users up through them"))
+	}
+	if c.ServerTLS.CAFile == "" || c.ServerTLS.CertFile == "" || c.ServerTLS.KeyFile == "" {
+		errs = append(errs, errors.New("server TLS needs the cluster's CA and the auth role's client certificate and key"))
+	}
+	if c.ClientTLS.CertFile == "" || c.ClientTLS.KeyFile == "" {
+		errs = append(errs, errors.New("client TLS needs the pooler's server certificate and key"))
+	}
+	return errors.Join(append(errs, ValidateParameters(c.Parameters))...)
+}
+
+// ValidateParameters refuses the reserved parameters (naming them and
+// why), names PgBouncer would not read as one setting, and values that
+// would end the line they are written on.
+func ValidateParameters(params map[string]string) error {
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(params)) {
+		switch {
+		case slices.Contains(ReservedParameters, name):
+			errs = append(errs, fmt.Errorf("PgBouncer parameter %q is set by Tusk (listening, authentication, TLS and the pool sizes are its own fields or Tusk's); remove it", name))
+		case !parameterName.MatchString(name):
+			errs = append(errs, fmt.Errorf("PgBouncer parameter %q: a name is lower-case letters, digits and underscores", name))
+		case strings.ContainsFunc(params[name], isControl):
+			errs = append(errs, fmt.Errorf("PgBouncer parameter %q: its value has a line break or control character", name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+// INI renders c as pgbouncer.ini, or says why it cannot.
+func INI(c Config) (string, error) {
+	if err := c.Validate(); err != nil {
+		return "", fmt.Errorf("while building the PgBouncer configuration: %w", err)
+	}
+	var b strings.Builder
+	b.WriteString("; Written by Tusk: changes here are overwritten.\n")
+	// Every database name goes to the one server; PgBouncer keeps a pool
+	// per database and user.
+	fmt.Fprintf(&b, "[databases]\n* = host=%s port=%d\n\n[pgbouncer]\n", c.ServerHost, c.ServerPort)
+	for _, kv := range c.settings() {
+		fmt.Fprintf(&b, "%s = %s\n", kv[0], kv[1])
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Parameters)) {
+		fmt.Fprintf(&b, "%s = %s\n", name, c.Parameters[name])
+	}
+	return b.String(), nil
+}
+
+// settings are Tusk's own lines of the [pgbouncer] section, in order.
+func (c Config) settings() [][2]string {
+	s := [][2]string{
+		{"listen_addr", c.ListenAddr},
+		{"listen_port", strconv.Itoa(c.ListenPort)},
+		{"unix_socket_dir", c.SocketDir},
+		{"pool_mode", string(c.PoolMode)},
+		// Users prove their password with SCRAM, which also lets PgBouncer
+		// log in to PostgreSQL as them without ever holding the password.
+		{"auth_type", "scram-sha-256"},
+		{"auth_user", c.AuthRole},
+		{"auth_dbname", c.AuthDatabase},
+		{"auth_query", AuthQuery},
+		{"server_tls_sslmode", "verify-full"},
+		{"server_tls_ca_file", c.ServerTLS.CAFile},
+		{"server_tls_cert_file", c.ServerTLS.CertFile},
+		{"server_tls_key_file", c.ServerTLS.KeyFile},
+		{"client_tls_sslmode", clientTLSMode(c.ClientTLS.Required)},
+		{"client_tls_cert_file", c.ClientTLS.CertFile},
+		{"client_tls_key_file", c.ClientTLS.KeyFile},
+	}
+	for _, p := range []struct {
+		name string
+		v    int
+	}{
+		{"default_pool_size", c.Pools.DefaultPoolSize}, {"min_pool_size", c.Pools.MinPoolSize},
+		{"reserve_pool_size", c.Pools.ReservePoolSize}, {"max_client_conn", c.Pools.MaxClientConn},
+		{"max_db_connections", c.Pools.MaxDBConnections},
+	} {
+		if p.v > 0 {
+			s = append(s, [2]string{p.name, strconv.Itoa(p.v)})
+		}
+	}
+	return s
+}
+
+func clientTLSMode(required bool) string {
+	if required {
+		return "require"
+	}
+	return "prefer"
+}

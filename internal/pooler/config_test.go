@@ -1,0 +1,103 @@
+package pooler
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden with the current output")
+
+// golden compares got with testdata/<name>.golden, or rewrites the file
+// when the test runs with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./internal/pooler -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs from %s (run go test ./internal/pooler -update and review the diff):\n--- got\n%s\n--- want\n%s", name, path, got, want)
+	}
+}
+
+func validConfig() Config {
+	return Config{
+		ListenAddr: "*", ListenPort: 5432, SocketDir: "/run/pgbouncer",
+		ServerHost: "db-rw.tenant.svc", ServerPort: 5432, PoolMode: PoolModeTransaction,
+		AuthRole: "tusk_pooler_auth", AuthDatabase: "postgres",
+		ServerTLS: ServerTLS{CAFile: "/tls/ca.crt", CertFile: "/tls/auth.crt", KeyFile: "/tls/auth.key"},
+		ClientTLS: ClientTLS{CertFile: "/tls/tls.crt", KeyFile: "/tls/tls.key", Required: true},
+	}
+}
+
+func TestINIGolden(t *testing.T) {
+	for name, change := range map[string]func(*Config){
+		"transaction-defaults": func(*Config) {},
+		"session-sizes-parameters": func(c *Config) {
+			c.PoolMode = PoolModeSession
+			c.ClientTLS.Required = false
+			c.Pools = PoolSizes{DefaultPoolSize: 20, MinPoolSize: 2, ReservePoolSize: 5, MaxClientConn: 1000, MaxDBConnections: 50}
+			c.Parameters = map[string]string{"server_idle_timeout": "30", "ignore_startup_parameters": "extra_float_digits,options"}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := validConfig()
+			change(&c)
+			ini, err := INI(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden(t, name+".ini", ini)
+		})
+	}
+}
+
+func TestINIRefusesWithAReason(t *testing.T) {
+	for name, tc := range map[string]struct {
+		change func(*Config)
+		want   []string
+	}{
+		"reserved parameters": {func(c *Config) { c.Parameters = map[string]string{"auth_type": "trust", "listen_port": "1"} },
+			[]string{`"auth_type" is set by Tusk`, `"listen_port" is set by Tusk`, "remove it"}},
+		"a name PgBouncer would misread": {func(c *Config) { c.Parameters = map[string]string{"pool mode": "x"} },
+			[]string{`"pool mode": a name is lower-case letters`}},
+		"a value with a line break": {func(c *Config) { c.Parameters = map[string]string{"server_idle_timeout": "1\nauth_type = trust"} },
+			[]string{`"server_idle_timeout": its value has a line break`}},
+		"an unknown pool mode": {func(c *Config) { c.PoolMode = "statement" },
+			[]string{`pool mode "statement": want "transaction" or "session"`}},
+		"a host to be quoted": {func(c *Config) { c.ServerHost = "db port=1" },
+			[]string{`server host "db port=1": want a DNS name or an IP address`}},
+		"no port":       {func(c *Config) { c.ServerPort = 0 }, []string{"server port 0: want 1 to 65535"}},
+		"no auth role":  {func(c *Config) { c.AuthRole = "" }, []string{"the auth role and its database are required"}},
+		"no server TLS": {func(c *Config) { c.ServerTLS.CAFile = "" }, []string{"server TLS needs the cluster's CA"}},
+		"no client TLS": {func(c *Config) { c.ClientTLS.KeyFile = "" }, []string{"client TLS needs the pooler's server certificate"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := validConfig()
+			tc.change(&c)
+			ini, err := INI(c)
+			if err == nil {
+				t.Fatalf("accepted:\n%s", ini)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestAuthFunctionSQLGolden(t *testing.T) {
+	golden(t, "auth-function.sql", strings.Join(AuthFunctionSQL(`pooler "auth"`), ";\n")+";\n")
+}
