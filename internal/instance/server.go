@@ -10,15 +10,14 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	"golang.org/x/net/netutil"
 
+	"tusk.dev/tusk/internal/apiauth"
 	"tusk.dev/tusk/internal/instanceapi"
-	"tusk.dev/tusk/internal/pki"
 )
 
 // startHTTP serves status, probes, metrics and the operator's commands:
@@ -111,40 +110,17 @@ var openPaths = []string{instanceapi.PathHealthz, instanceapi.PathReadyz, instan
 
 // requireClientCert lets through to /status and the commands only requests
 // with a client certificate from the cluster's CA (verified in the
-// handshake) whose CommonName is the operator's. Without TLS it lets
-// everything through.
+// handshake) whose CommonName is the operator's and that names the
+// operator's identity (apiauth.Gate). Without TLS it lets everything
+// through.
 func (m *Manager) requireClientCert(next http.Handler) http.Handler {
-	want := cmp.Or(m.opts.TLS.APIClientCN, instanceapi.DefaultAPIClientCN)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if slices.Contains(openPaths, r.URL.Path) {
-			// Best effort: a connection that cannot set a deadline is served anyway.
-			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(openPathWriteTimeout))
-		}
-		if m.serverCerts == nil || slices.Contains(openPaths, r.URL.Path) {
-			next.ServeHTTP(w, r)
-			return
-		}
-		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
-			writeJSON(w, http.StatusUnauthorized, map[string]string{
-				"error": "a client certificate signed by the cluster's CA is required"})
-			return
-		}
-		leaf := r.TLS.VerifiedChains[0][0]
-		if cn := leaf.Subject.CommonName; cn != want {
-			writeJSON(w, http.StatusForbidden, map[string]string{
-				"error": fmt.Sprintf("the client certificate's common name %q is not allowed here; only %q is", cn, want)})
-			return
-		}
-		// The client CA also issues PostgresRoles' certificates, with the
-		// role's name as CommonName: only the operator's names its identity.
-		if !pki.HasIdentity(leaf, instanceapi.OperatorIdentity) {
-			writeJSON(w, http.StatusForbidden, map[string]string{
-				"error": fmt.Sprintf("the client certificate %q lacks the operator's identity (URI %s): a certificate issued "+
-					"for a PostgreSQL role is not allowed here, whatever its name", leaf.Subject.CommonName, instanceapi.OperatorIdentity)})
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+	return apiauth.Gate{
+		NoTLS:                m.serverCerts == nil,
+		OpenPaths:            openPaths,
+		OpenPathWriteTimeout: openPathWriteTimeout,
+		CommonName:           cmp.Or(m.opts.TLS.APIClientCN, instanceapi.DefaultAPIClientCN),
+		Identity:             instanceapi.OperatorIdentity,
+	}.Wrap(next)
 }
 
 // routes are the HTTP API's handlers.
