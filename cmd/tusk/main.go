@@ -28,6 +28,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: false,
 	}
-	root.AddCommand(newVersionCommand(), newOperatorCommand(), newInstanceCommand(), newWorkloadCommand(), newProbeCommand(), newPluginCommand("plugin"))
+	root.AddCommand(newVersionCommand(), newOperatorCommand(), newInstanceCommand(), newWorkloadCommand(), newProbeCommand(), newPluginCommand("plugin"),
+		newPoolerCommand())
 	return root
 }

@@ -8,6 +8,7 @@ import (
 	"tusk.dev/tusk/internal/controller"
 	"tusk.dev/tusk/internal/instance"
 	"tusk.dev/tusk/internal/metricsdoc"
+	"tusk.dev/tusk/internal/poolermanager"
 	"tusk.dev/tusk/internal/probe"
 )
 
@@ -37,6 +38,7 @@ func TestMetricsDocMatchesTheCode(t *testing.T) {
 		"Operator":         controller.MetricsCatalogue,
 		"Instance manager": instance.MetricsCatalogue,
 		"SLI probe":        probe.MetricsCatalogue,
+		"Pooler manager":   poolermanager.MetricsCatalogue,
 	})
 	if *updateDocs {
 		if err := os.WriteFile(metricsDoc, []byte(got), 0o600); err != nil {
