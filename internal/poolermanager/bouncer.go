@@ -52,11 +52,13 @@ type bouncer struct {
 	cmd      *exec.Cmd // nil while none runs
 	stopping bool
 	stop     chan struct{} // closed by shutdown
+	// done is closed when supervise returns: no PgBouncer runs any more.
+	done chan struct{}
 }
 
 func newBouncer(opts Options, reaper *supervisor.Reaper, log logr.Logger, started func(int)) *bouncer {
 	return &bouncer{program: opts.PgBouncer, config: opts.Config, bound: opts.Restarts, reaper: reaper, log: log,
-		started: started, stop: make(chan struct{})}
+		started: started, stop: make(chan struct{}), done: make(chan struct{})}
 }
 
 func (b *bouncer) running() bool {
@@ -68,6 +70,7 @@ func (b *bouncer) running() bool {
 // supervise starts PgBouncer and starts it again when it dies, until
 // shutdown (nil) or past the restart bound (an error).
 func (b *bouncer) supervise() error {
+	defer close(b.done)
 	restarts, quick := 0, 0
 	for {
 		b.started(restarts)
@@ -163,14 +166,15 @@ func (b *bouncer) shutdown(timeout time.Duration) {
 	}
 }
 
-// waitStopped says whether PgBouncer stopped within d.
+// waitStopped says whether PgBouncer stopped (and supervise returned)
+// within d.
 func (b *bouncer) waitStopped(d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if !b.running() {
-			return true
-		}
-		time.Sleep(20 * time.Millisecond)
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-b.done:
+		return true
+	case <-timer.C:
+		return false
 	}
-	return !b.running()
 }

@@ -185,9 +185,16 @@ func (p *pauser) end(ctx context.Context, by string, only int) (poolerapi.Resume
 }
 
 // resumeOnItsOwn ends a pause nobody resumed within its ResumeAfter.
+// It tries again every second until PgBouncer resumes, or is gone (a
+// restarted PgBouncer is not paused, and forget ends the tries).
 func (p *pauser) resumeOnItsOwn(pause int) {
 	if _, err := p.end(context.Background(), "deadline", pause); err != nil {
-		p.log.Error(err, "The pause outlasted its resumeAfter, and PgBouncer could not be resumed")
+		p.log.Error(err, "The pause outlasted its resumeAfter, and PgBouncer could not be resumed; trying again in 1 s")
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.pauses == pause && !p.since.IsZero() {
+			p.timer = time.AfterFunc(time.Second, func() { p.resumeOnItsOwn(pause) })
+		}
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/net/netutil"
 
 	"tusk.dev/tusk/internal/apiauth"
 	"tusk.dev/tusk/internal/instanceapi"
@@ -46,6 +47,10 @@ func (m *Manager) serve() (*http.Server, error) {
 		IdleTimeout:       90 * time.Second,
 		ErrorLog:          log.New(logWriter{m.log.WithName("http")}, "", 0),
 	}
+	// The port is open to any pod where no NetworkPolicy is enforced:
+	// however many connections they open, the manager (PID 1: its end is
+	// the pod's) serves a bounded number at once.
+	l = netutil.LimitListener(l, maxConnections)
 	l = tls.NewListener(l, &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		// Each handshake takes the files as they are then: the operator
@@ -60,6 +65,10 @@ func (m *Manager) serve() (*http.Server, error) {
 	}()
 	return server, nil
 }
+
+// maxConnections bounds the API's connections served at once; more wait
+// to be accepted. A connection that sends no request is closed after 5 s.
+const maxConnections = 256
 
 func (m *Manager) routes() http.Handler {
 	mux := http.NewServeMux()

@@ -71,12 +71,32 @@ func startManaged(t testing.TB, p *clusterPKI, dir string, c pooler.Config) *man
 	if err != nil {
 		t.Fatal(err)
 	}
+	m := launchManaged(t, p, dir, ini)
+	m.config = c
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		select {
+		case <-m.exited:
+			t.Fatalf("tusk pooler exited: %v\n%s", m.exitErr, m.output())
+		default:
+		}
+		code, body, err := m.request(ctx, nil, http.MethodGet, "/readyz", nil)
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("readyz: %d %s", code, body)
+		}
+		return err
+	})
+	return m
+}
+
+// launchManaged starts tusk pooler on ini, its API's files in dir.
+func launchManaged(t testing.TB, p *clusterPKI, dir, ini string) *managed {
+	t.Helper()
 	configPath := writeFile(t, dir, "pgbouncer.ini", []byte(ini))
 	api, err := pki.IssueServer(p.ca, "pooler", []string{"localhost"}, nil, time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &managed{t: t, pki: p, config: c, exited: make(chan struct{}), api: "https://localhost:" + strconv.Itoa(testenv.FreePort(t))}
+	m := &managed{t: t, pki: p, exited: make(chan struct{}), api: "https://localhost:" + strconv.Itoa(testenv.FreePort(t))}
 	m.cmd = exec.Command(tuskBinary(t), "pooler", "--pgbouncer="+pgbouncer, "--config="+configPath, "--run-dir="+dir,
 		"--port="+strings.TrimPrefix(m.api, "https://localhost:"),
 		"--tls-cert="+writeFile(t, dir, "api.crt", api.CertPEM), "--tls-key="+writeFile(t, dir, "api.key", api.KeyPEM),
@@ -96,18 +116,6 @@ func startManaged(t testing.TB, p *clusterPKI, dir string, c pooler.Config) *man
 		t.Fatal(err)
 	}
 	m.operator = m.client(&operator)
-	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
-		select {
-		case <-m.exited:
-			t.Fatalf("tusk pooler exited: %v\n%s", m.exitErr, m.output())
-		default:
-		}
-		code, body, err := m.request(ctx, nil, http.MethodGet, "/readyz", nil)
-		if err == nil && code != http.StatusOK {
-			err = fmt.Errorf("readyz: %d %s", code, body)
-		}
-		return err
-	})
 	return m
 }
 

@@ -4,9 +4,11 @@ package pooler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +16,7 @@ import (
 
 	"tusk.dev/tusk/internal/instanceapi"
 	"tusk.dev/tusk/internal/pki"
+	"tusk.dev/tusk/internal/pooler"
 	"tusk.dev/tusk/internal/poolerapi"
 	"tusk.dev/tusk/internal/testenv"
 )
@@ -327,5 +330,31 @@ func TestManagerRestartsPgBouncer(t *testing.T) {
 	}
 	if err := hasSample(m.metrics(t), "tusk_pooler_pgbouncer_restarts_total", 1); err != nil {
 		t.Error(err)
+	}
+}
+
+// A PgBouncer that cannot start is not started for ever: past five quick
+// deaths in a row the manager exits with an error naming the last, and
+// the kubelet's restarts show the fault.
+func TestManagerGivesUpOnAPgBouncerThatCannotStart(t *testing.T) {
+	t.Parallel()
+	p := newClusterPKI(t)
+	dir := workDir(t)
+	c := poolerConfig(t, p, dir, "127.0.0.1", testenv.FreePort(t))
+	c.SocketDir = dir + "/missing"
+	ini, err := pooler.INI(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	m := launchManaged(t, p, dir, ini)
+	receive(t, m.exited, "tusk pooler's exit")
+	t.Logf("tusk pooler gave up after %s: %v", time.Since(start).Round(time.Millisecond), m.exitErr)
+	var exit *exec.ExitError
+	if !errors.As(m.exitErr, &exit) || exit.ExitCode() == 0 {
+		t.Errorf("tusk pooler exited with %v, want a failure", m.exitErr)
+	}
+	if out := m.output(); !strings.Contains(out, "PgBouncer exited 6 times in a row within 30s of starting") {
+		t.Errorf("tusk pooler's output does not say why it gave up:\n%s", out)
 	}
 }
