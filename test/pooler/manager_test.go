@@ -91,22 +91,27 @@ func TestManagerPausesAndResumesUnderLoad(t *testing.T) {
 	if !paused.Paused || paused.TimedOut {
 		t.Fatalf("pause: %+v, want paused", paused)
 	}
-	ackedAtPause := w.acked.Load()
 	var st poolerapi.Status
 	m.mustCall(http.MethodGet, poolerapi.PathStatus, nil, &st)
 	if !st.Paused || st.PausedSince == nil {
 		t.Errorf("status while paused: %+v", st)
 	}
+	// Once every client waits in the pool, each is blocked in its next
+	// transaction: none may be acknowledged until the resume.
 	testenv.Eventually(t, waitTimeout, func(context.Context) error {
 		return waitingIn(m, clients)
 	})
-	if n := w.acked.Load(); n != ackedAtPause {
-		t.Errorf("%d transactions acknowledged while paused", n-ackedAtPause)
-	}
+	ackedAtPause := w.acked.Load()
 	code, body, _ := m.request(context.Background(), m.operator, http.MethodPost, poolerapi.PathPause,
 		poolerapi.PauseRequest{Wait: time.Second, ResumeAfter: time.Minute})
 	if code != http.StatusConflict || !strings.Contains(string(body), "already paused") {
 		t.Errorf("a second pause: %d %s, want 409", code, body)
+	}
+	if err := waitingIn(m, clients); err != nil {
+		t.Errorf("after a refused second pause: %v", err)
+	}
+	if n := w.acked.Load(); n != ackedAtPause {
+		t.Errorf("%d transactions acknowledged while paused", n-ackedAtPause)
 	}
 
 	var resumed poolerapi.ResumeResult
