@@ -31,7 +31,7 @@ var (
 	descUp            = define(metricsdoc.Gauge, "tusk_pooler_up", "Whether PgBouncer's admin console answers (1) or not (0).")
 	descPaused        = define(metricsdoc.Gauge, "tusk_pooler_paused", "1 while PgBouncer is paused for a switchover.")
 	descRestarts      = define(metricsdoc.Counter, "tusk_pooler_pgbouncer_restarts_total", "Unexpected PgBouncer exits the pooler manager restarted it after.")
-	descPauses        = define(metricsdoc.Counter, "tusk_pooler_pauses_total", "Pause requests by result: paused, timed_out (running transactions outlasted the request's wait; PgBouncer resumed), failed.", "result")
+	descPauses        = define(metricsdoc.Counter, "tusk_pooler_pauses_total", "Pause requests by result: paused, timed_out (running transactions outlasted the request's wait; PgBouncer resumed), abandoned (a resume came before it took hold), failed.", "result")
 	descResumes       = define(metricsdoc.Counter, "tusk_pooler_resumes_total", "Pauses ended, by what ended them: request, deadline (the request's resumeAfter passed with no resume), shutdown.", "by")
 	descLastPause     = define(metricsdoc.Gauge, "tusk_pooler_last_pause_seconds", "How long the last pause that ended held clients.")
 	descLastPauseWait = define(metricsdoc.Gauge, "tusk_pooler_last_pause_wait_seconds", "How long the last pause request waited for running transactions (to take hold or to time out).")

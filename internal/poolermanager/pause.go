@@ -21,6 +21,9 @@ var (
 	// pause at a time, and a second never extends the first, so that
 	// ResumeAfter stays the bound the first request set.
 	errBusy = errors.New("PgBouncer is already paused")
+	// errResumedWhileWaiting is a pause a resume ended before it took
+	// hold (409): the operator gave up on it.
+	errResumedWhileWaiting = errors.New("the pause was ended by a resume before it took hold")
 )
 
 // pauser pauses and resumes PgBouncer, one pause at a time.
@@ -30,7 +33,9 @@ type pauser struct {
 	log     logr.Logger
 
 	mu      sync.Mutex
-	pausing bool      // a PAUSE is waiting for its transactions
+	pausing bool // a PAUSE is waiting for its transactions
+	// abandon is closed by a resume that comes while pausing.
+	abandon chan struct{}
 	since   time.Time // when the pause took hold; zero when not paused
 	timer   *time.Timer
 	// pauses counts the pauses that took hold, so that a ResumeAfter
@@ -75,6 +80,7 @@ func (p *pauser) begin() error {
 			errBusy, p.since.UTC().Format(time.RFC3339Nano))
 	}
 	p.pausing = true
+	p.abandon = make(chan struct{})
 	return nil
 }
 
@@ -90,12 +96,18 @@ func (p *pauser) Pause(ctx context.Context, req poolerapi.PauseRequest) (poolera
 		return poolerapi.PauseResult{}, err
 	}
 	start := time.Now()
-	timedOut, err := p.pauseWithin(ctx, req.Wait)
+	p.mu.Lock()
+	abandon := p.abandon
+	p.mu.Unlock()
+	timedOut, err := p.pauseWithin(ctx, req.Wait, abandon)
 	waited := time.Since(start)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.pausing = false
 	switch {
+	case errors.Is(err, errResumedWhileWaiting):
+		p.metrics.pauseEnded("abandoned", waited)
+		return poolerapi.PauseResult{Waited: waited}, err
 	case err != nil:
 		p.metrics.pauseEnded("failed", waited)
 		return poolerapi.PauseResult{Waited: waited}, err
@@ -114,11 +126,11 @@ func (p *pauser) Pause(ctx context.Context, req poolerapi.PauseRequest) (poolera
 }
 
 // pauseWithin sends PAUSE on a session of its own and waits for it at
-// most wait; past it, RESUME from another session, then the first is
-// closed. The request's ctx bounds only connecting: once PAUSE is sent,
-// only wait ends it, so that a client that hangs up leaves no pause
-// pending.
-func (p *pauser) pauseWithin(ctx context.Context, wait time.Duration) (timedOut bool, err error) {
+// most wait, or until abandon is closed; then, RESUME from another
+// session, and the first is closed. The request's ctx bounds only
+// connecting: once PAUSE is sent, only wait or a resume ends it, so that
+// a client that hangs up leaves no pause pending for long.
+func (p *pauser) pauseWithin(ctx context.Context, wait time.Duration, abandon <-chan struct{}) (timedOut bool, err error) {
 	connectCtx, cancel := context.WithTimeout(ctx, min(wait, adminTimeout))
 	conn, err := p.admin.connect(connectCtx)
 	cancel()
@@ -132,10 +144,13 @@ func (p *pauser) pauseWithin(ctx context.Context, wait time.Duration) (timedOut 
 		_, err := run(pauseCtx, conn, "PAUSE")
 		done <- err
 	}()
+	var abandoned bool
 	select {
 	case err := <-done:
 		return false, err
 	case <-time.After(wait):
+	case <-abandon:
+		abandoned = true
 	}
 	resumeErr := p.resume(context.Background())
 	// Closing the socket ends the PAUSE still waiting on it.
@@ -143,8 +158,11 @@ func (p *pauser) pauseWithin(ctx context.Context, wait time.Duration) (timedOut 
 	if err := <-done; err != nil {
 		p.log.V(1).Info("The PAUSE left waiting ended with its session", "error", err.Error())
 	}
-	if resumeErr != nil {
+	switch {
+	case resumeErr != nil:
 		return true, fmt.Errorf("the pause did not take hold within %s and PgBouncer could not be resumed: %w", wait, resumeErr)
+	case abandoned:
+		return false, errResumedWhileWaiting
 	}
 	return true, nil
 }
@@ -170,6 +188,12 @@ func (p *pauser) Resume(ctx context.Context) (poolerapi.ResumeResult, error) {
 func (p *pauser) end(ctx context.Context, by string, only int) (poolerapi.ResumeResult, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.pausing && only == 0 {
+		// The pause waiting for its transactions is abandoned: it
+		// resumes PgBouncer itself, and never takes hold.
+		p.abandonPending()
+		return poolerapi.ResumeResult{}, nil
+	}
 	if p.since.IsZero() || (only != 0 && only != p.pauses) {
 		return poolerapi.ResumeResult{}, nil
 	}
@@ -182,6 +206,15 @@ func (p *pauser) end(ctx context.Context, by string, only int) (poolerapi.Resume
 	p.metrics.resumed(by, lasted)
 	p.log.Info("PgBouncer resumed", "by", by, "pausedFor", lasted)
 	return poolerapi.ResumeResult{WasPaused: true, PausedFor: lasted}, nil
+}
+
+// abandonPending ends the wait of the pending pause, once.
+func (p *pauser) abandonPending() {
+	select {
+	case <-p.abandon:
+	default:
+		close(p.abandon)
+	}
 }
 
 // resumeOnItsOwn ends a pause nobody resumed within its ResumeAfter.

@@ -111,7 +111,7 @@ func (m *Manager) servePause(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, errInvalidPause):
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
-	case errors.Is(err, errBusy):
+	case errors.Is(err, errBusy), errors.Is(err, errResumedWhileWaiting):
 		writeJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
 	default:
 		reply(w, res, err)

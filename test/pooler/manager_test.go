@@ -363,3 +363,66 @@ func TestManagerGivesUpOnAPgBouncerThatCannotStart(t *testing.T) {
 		t.Errorf("tusk pooler's output does not say why it gave up:\n%s", out)
 	}
 }
+
+// A resume that comes while a pause still waits for its transactions (an
+// operator that gave up on its pause request) abandons it: PgBouncer
+// resumes at once, the pause request is refused (409), and the pause never
+// takes hold afterwards.
+func TestManagerResumeAbandonsAPauseStillWaiting(t *testing.T) {
+	t.Parallel()
+	_, m := startManagedPooler(t)
+	ctx := context.Background()
+	long, other := m.connect(t), m.connect(t)
+	tx, err := long.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO t (client) VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		code int
+		body []byte
+		err  error
+	}
+	pauseAnswer := make(chan answer, 1)
+	go func() {
+		code, body, err := m.request(ctx, m.operator, http.MethodPost, poolerapi.PathPause,
+			poolerapi.PauseRequest{Wait: 30 * time.Second, ResumeAfter: time.Minute})
+		pauseAnswer <- answer{code, body, err}
+	}()
+	// The pause is pending once PgBouncer holds another client's query.
+	held := make(chan error, 1)
+	go func() {
+		_, err := other.Exec(ctx, "INSERT INTO t (client) VALUES (2)")
+		held <- err
+	}()
+	testenv.Eventually(t, waitTimeout, func(context.Context) error {
+		return waitingIn(m, 1)
+	})
+	start := time.Now()
+	var resumed poolerapi.ResumeResult
+	m.mustCall(http.MethodPost, poolerapi.PathResume, nil, &resumed)
+	if resumed.WasPaused {
+		t.Errorf("resume of a pause that never took hold: %+v", resumed)
+	}
+	if err := receive(t, held, "the held client"); err != nil {
+		t.Errorf("the client held by the pending pause: %v", err)
+	}
+	a := receive(t, pauseAnswer, "the pause request")
+	t.Logf("the pause request answered %s after the resume: %d %s", time.Since(start).Round(time.Millisecond), a.code, a.body)
+	if a.err != nil || a.code != http.StatusConflict || !strings.Contains(string(a.body), "ended by a resume before it took hold") {
+		t.Errorf("the abandoned pause request: %d %s %v, want 409", a.code, a.body, a.err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Errorf("the long transaction: %v", err)
+	}
+	var st poolerapi.Status
+	m.mustCall(http.MethodGet, poolerapi.PathStatus, nil, &st)
+	if st.Paused {
+		t.Errorf("status after the abandoned pause: %+v", st)
+	}
+	if _, err := other.Exec(ctx, "INSERT INTO t (client) VALUES (3)"); err != nil {
+		t.Errorf("a client after the abandoned pause: %v", err)
+	}
+}
