@@ -45,6 +45,14 @@ func newPoolerCommand() *cobra.Command {
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		go func() {
+			for range hup {
+				m.Reload()
+			}
+		}()
 		if os.Getpid() != 1 {
 			// Outside a container, still inherit (and reap) orphans.
 			if err := supervisor.BecomeSubreaper(); err != nil {

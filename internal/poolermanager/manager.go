@@ -15,6 +15,7 @@ import (
 	"net"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -125,6 +126,14 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	m.log.Info("PgBouncer stopped")
 	return nil
+}
+
+// Reload makes PgBouncer read its configuration again (SIGHUP, as
+// RELOAD does): the kubelet updates a mounted ConfigMap in place, and
+// `kill -HUP 1` in the pod applies it without dropping a client.
+func (m *Manager) Reload() {
+	m.log.Info("Reloading PgBouncer's configuration")
+	m.bouncer.signal(syscall.SIGHUP)
 }
 
 // ready says PgBouncer accepts connections on its port and the pod is not

@@ -426,3 +426,44 @@ func TestManagerResumeAbandonsAPauseStillWaiting(t *testing.T) {
 		t.Errorf("a client after the abandoned pause: %v", err)
 	}
 }
+
+// SIGHUP to the manager makes PgBouncer read its configuration again: a
+// client's next transaction runs on the server the file names now, and
+// no client is dropped.
+func TestManagerReloadsOnSIGHUP(t *testing.T) {
+	t.Parallel()
+	p := newClusterPKI(t)
+	a := startServer(t, p, "a")
+	a.prepare(t, "")
+	b := startServer(t, p, "b")
+	b.prepare(t, a.appVerifier(t))
+	dir := workDir(t)
+	c := poolerConfig(t, p, dir, "127.0.0.1", a.port)
+	m := startManaged(t, p, dir, c)
+	conn := m.connect(t)
+	ctx := context.Background()
+	if name, err := clusterName(ctx, conn); err != nil || name != "a" {
+		t.Fatalf("before the reload: %q, %v; want a", name, err)
+	}
+	c.ServerPort = b.port
+	ini, err := pooler.INI(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dir, "pgbouncer.ini", []byte(ini))
+	if err := m.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	// PgBouncer closes the server connection to a once the client
+	// releases it; the client's next transaction goes to b.
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		name, err := clusterName(ctx, conn)
+		if err != nil {
+			t.Fatalf("the client across the reload: %v", err)
+		}
+		if name != "b" {
+			return fmt.Errorf("still on %s", name)
+		}
+		return nil
+	})
+}
