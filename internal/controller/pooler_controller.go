@@ -30,6 +30,11 @@ import (
 // yet is looked at again (the cluster's changes also wake it).
 const poolerWaitForCluster = 15 * time.Second
 
+// poolerResync is when a settled pooler is looked at again: its
+// certificates are renewed a month before they expire, and the cluster's
+// changes (a new CA) wake it anyway.
+const poolerResync = time.Hour
+
 // PoolerStatusOwner is the field manager of a PostgresPooler's status.
 const PoolerStatusOwner = "tusk-pooler-status"
 
@@ -63,11 +68,11 @@ func (r *PoolerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	original := p.DeepCopy()
-	var result ctrl.Result
+	result := ctrl.Result{RequeueAfter: poolerResync}
 	err := r.reconcilePooler(ctx, p)
 	if se, ok := asSpecError(err); ok {
 		r.refuse(p, se)
-		err = nil
+		err, result = nil, ctrl.Result{}
 		if se.reason == tuskv1alpha1.ReasonWaitingForCluster {
 			result.RequeueAfter = poolerWaitForCluster
 		}
