@@ -94,6 +94,9 @@ func (r *PoolerReconciler) reconcilePooler(ctx context.Context, p *tuskv1alpha1.
 	if err := r.refusals(ctx, p, c); err != nil {
 		return err
 	}
+	if err := r.refuseForeignObjects(ctx, p); err != nil {
+		return err
+	}
 	inputs, err := r.applyInputs(ctx, p, c)
 	if err != nil {
 		return err
@@ -134,6 +137,35 @@ func (r *PoolerReconciler) refusals(ctx context.Context, p *tuskv1alpha1.Postgre
 	for i := range clusters.Items {
 		if msg := poolerNameCollision(p, clusters.Items[i].Name); msg != "" {
 			return userError(tuskv1alpha1.ReasonNameCollision, "%s", msg)
+		}
+	}
+	return nil
+}
+
+// refuseForeignObjects refuses p, before anything is made, while an object
+// of a name it needs exists that p does not control: applyOwned would
+// refuse it too, but only after making the objects applied before it. The
+// objects are read from the API server (the cache holds only Tusk's), so
+// only until p's Deployment is there.
+func (r *PoolerReconciler) refuseForeignObjects(ctx context.Context, p *tuskv1alpha1.PostgresPooler) error {
+	d := &appsv1.Deployment{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, d); err == nil && metav1.IsControlledBy(d, p) {
+		return nil
+	}
+	objects := []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &policyv1.PodDisruptionBudget{},
+		&corev1.ConfigMap{}, &corev1.Secret{}, &corev1.Secret{}}
+	names := []string{p.Name, p.Name, p.Name, poolerConfigMapName(p), poolerTLSSecretName(p), poolerAuthSecretName(p)}
+	for i, o := range objects {
+		err := r.api.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: names[i]}, o)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("while reading %s %s: %w", objectKind(o), names[i], err)
+		}
+		if !metav1.IsControlledBy(o, p) {
+			return userError(tuskv1alpha1.ReasonObjectNotOwned, "%s %s/%s exists and %s does not control it: Tusk does not take over "+
+				"objects it did not create; rename or delete it (it was left untouched)", objectKind(o), p.Namespace, names[i], p.Name)
 		}
 	}
 	return nil

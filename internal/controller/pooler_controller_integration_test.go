@@ -118,6 +118,7 @@ func TestPoolerOnAClusterGetsItsObjects(t *testing.T) {
 	if p.Status.ReadyInstances != 2 || p.Status.Selector != LabelPooler+"=pg-pooler" {
 		t.Errorf("status: %d ready, selector %q", p.Status.ReadyInstances, p.Status.Selector)
 	}
+	checkPoolerSettled(t, p, d)
 
 	scale := &autoscalingv1.Scale{}
 	if err := env.Client.SubResource("scale").Get(t.Context(), p, scale); err != nil {
@@ -138,6 +139,51 @@ func TestPoolerOnAClusterGetsItsObjects(t *testing.T) {
 	})
 	poolerWhen(t, p, poolerReady(metav1.ConditionFalse, tuskv1alpha1.ReasonPodsNotReady))
 	waitForEvent(t, ns, tuskv1alpha1.ReasonPoolerUpdated, "generation 2")
+}
+
+// checkPoolerSettled: a pass over a settled pooler (woken by a pod that
+// stops being ready) changes none of its objects: the certificates are
+// kept, not issued again, and the Deployment's spec is the same. (An
+// update that changes nothing leaves the resourceVersion as it was, so
+// this does not tell whether the pass sent one.)
+func checkPoolerSettled(t *testing.T, p *tuskv1alpha1.PostgresPooler, d *appsv1.Deployment) {
+	t.Helper()
+	objects := []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}, &corev1.Secret{}, &corev1.Service{}, &policyv1.PodDisruptionBudget{}, &appsv1.Deployment{}}
+	names := []string{"pg-pooler-config", "pg-pooler-tls", "pg-pooler-auth-tls", "pg-pooler", "pg-pooler", "pg-pooler"}
+	before := map[string]string{}
+	for i, o := range objects {
+		before[fmt.Sprintf("%T %s", o, names[i])] = get(t, p.Namespace, names[i], o).GetResourceVersion()
+	}
+	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(d), d); err != nil {
+		t.Fatal(err)
+	}
+	d.Status.ReadyReplicas, d.Status.AvailableReplicas = 1, 1
+	if err := env.Client.Status().Update(t.Context(), d); err != nil {
+		t.Fatal(err)
+	}
+	poolerWhen(t, p, func(p *tuskv1alpha1.PostgresPooler) error {
+		if p.Status.ReadyInstances != 1 {
+			return fmt.Errorf("%d ready instances, want 1", p.Status.ReadyInstances)
+		}
+		return poolerReady(metav1.ConditionFalse, tuskv1alpha1.ReasonPodsNotReady)(p)
+	})
+	for i, o := range objects {
+		key := fmt.Sprintf("%T %s", o, names[i])
+		if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: p.Namespace, Name: names[i]}, o); err != nil {
+			t.Fatal(err)
+		}
+		if _, isDeployment := o.(*appsv1.Deployment); !isDeployment && o.GetResourceVersion() != before[key] {
+			t.Errorf("%s was written again by a pass that changed nothing", key)
+		}
+		if got, ok := o.(*appsv1.Deployment); ok && got.Generation != d.Generation {
+			t.Errorf("the Deployment's spec was written again (generation %d, was %d)", got.Generation, d.Generation)
+		}
+	}
+	d.Status.ReadyReplicas, d.Status.AvailableReplicas = 2, 2
+	if err := env.Client.Status().Update(t.Context(), d); err != nil {
+		t.Fatal(err)
+	}
+	poolerWhen(t, p, poolerReady(metav1.ConditionTrue, tuskv1alpha1.ReasonPoolerReady))
 }
 
 // checkPoolerPods checks the Deployment runs `tusk pooler` as designed.
@@ -215,6 +261,8 @@ func TestPoolerRefusals(t *testing.T) {
 	create(t, newCluster(ns))
 	foreign := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "taken-config", Namespace: ns}}
 	create(t, foreign)
+	create(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "held", Namespace: ns},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 5432}}}})
 	cases := []struct {
 		pooler *tuskv1alpha1.PostgresPooler
 		reason string
@@ -225,6 +273,7 @@ func TestPoolerRefusals(t *testing.T) {
 		{newPooler(ns, "pg-rw", "pg"), tuskv1alpha1.ReasonNameCollision},
 		{newPooler(ns, "solo-probe", "pg"), tuskv1alpha1.ReasonNameCollision},
 		{newPooler(ns, "taken", "pg"), tuskv1alpha1.ReasonObjectNotOwned},
+		{newPooler(ns, "held", "pg"), tuskv1alpha1.ReasonObjectNotOwned},
 	}
 	for _, tc := range cases {
 		create(t, tc.pooler)
@@ -234,7 +283,7 @@ func TestPoolerRefusals(t *testing.T) {
 		msg := meta.FindStatusCondition(p.Status.Conditions, tuskv1alpha1.ConditionReady).Message
 		t.Logf("%s: %s", p.Name, msg)
 		waitForEvent(t, ns, tc.reason, msg)
-		for _, o := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &corev1.Secret{}} {
+		for _, o := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &corev1.Secret{}, &corev1.ConfigMap{}} {
 			for _, name := range poolerObjectNames(p) {
 				err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, o)
 				if err == nil && metav1.IsControlledBy(o, p) {
