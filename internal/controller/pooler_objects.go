@@ -39,7 +39,7 @@ const (
 	poolerRunDir     = "/run/tusk-pooler"
 	poolerPgBouncer  = "/usr/sbin/pgbouncer"
 	poolerStatusPort = poolerapi.DefaultPort
-	// keyClientCACert is the client CA in a pooler's server Secret: the
+	// keyPoolerClientCA is the client CA in a pooler's server Secret: the
 	// manager trusts the operator's certificate from it.
 	keyPoolerClientCA = "client-ca.crt"
 )
