@@ -14,7 +14,8 @@
 #                                     (hack/install-pgbouncer.sh runs its binary)
 #
 # IMAGE: operator postgres-15 postgres-17 postgres-18 pgbouncer pause coredns
-# minio prometheus (default: operator postgres-15 postgres-17 postgres-18; minio is the S3 server the
+# minio prometheus (default: operator postgres-15 postgres-17 postgres-18 pgbouncer, the
+# images a deployed operator runs; minio is the S3 server the
 # backup e2e tests run in the cluster, prometheus the server the monitoring
 # e2e test runs). Images are written by hack/imagebuild
 # (go-containerregistry, the library behind crane). PostgreSQL root
@@ -30,7 +31,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 root=$(repo_root)
 
-DEFAULT_IMAGES=(operator postgres-15 postgres-17 postgres-18)
+DEFAULT_IMAGES=(operator postgres-15 postgres-17 postgres-18 pgbouncer)
 OPERATOR_TAG=tusk/operator:dev
 PAUSE_TAG=tusk/pause:dev
 COREDNS_TAG=tusk/coredns:1.15.0

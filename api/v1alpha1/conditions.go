@@ -100,6 +100,31 @@ const (
 	ReasonBackupFailed         = "BackupFailed"
 )
 
+// Reasons of a PostgresPooler's Ready condition; each refusal is also a
+// Warning Event with its reason. ReasonClusterNotFound and
+// ReasonObjectNotOwned are the pooler's too.
+const (
+	// ReasonPoolerReady: every pod the spec asks for is ready, and none of
+	// an earlier spec is left.
+	ReasonPoolerReady = "PoolerReady"
+	// ReasonPodsNotReady: pods are starting, rolling or failing; the
+	// message counts them.
+	ReasonPodsNotReady = "PodsNotReady"
+	// ReasonNoReplicas: type ro on a cluster of one instance, which has
+	// no replica to send clients to.
+	ReasonNoReplicas = "NoReplicas"
+	// ReasonNameCollision: the pooler's name, or the name of one of its
+	// objects, is a PostgresCluster's or one of its objects'.
+	ReasonNameCollision = "NameCollision"
+	// ReasonWaitingForCluster: the cluster has no certificates yet to
+	// issue the pooler's from.
+	ReasonWaitingForCluster = "WaitingForCluster"
+	// ReasonPoolerCreated and ReasonPoolerUpdated are the Events of a
+	// pooler's objects applied for a new generation of its spec.
+	ReasonPoolerCreated = "Created"
+	ReasonPoolerUpdated = "Updated"
+)
+
 // Reasons of Events only: something Tusk did or refused, told once. An
 // Event about a condition's change (RollingOut, SwitchingOver,
 // FailingOver, RetentionFailed...) carries the condition's reason.

@@ -54,6 +54,8 @@ func newOperatorCommand() *cobra.Command {
 		"the operator's own namespace (POD_NAMESPACE): the clusters' private keys are kept there, and the clusters' NetworkPolicies admit its operator pods to the instance managers")
 	f.StringVar(&opts.Controllers.InstanceManagerImage, "instance-manager-image", os.Getenv("TUSK_INSTANCE_MANAGER_IMAGE"),
 		"image with the tusk binary for the PostgreSQL pods' init container (the operator's own image)")
+	f.StringVar(&opts.Controllers.PoolerImage, "pooler-image", envOr("TUSK_POOLER_IMAGE", defaultPoolerImage),
+		"PgBouncer image the PostgresPoolers' pods run (hack/images.sh builds tusk/pgbouncer:dev)")
 	f.Var(objectStorePaths{&opts.Controllers.AnyObjectStorePath}, "object-store-paths",
 		`which object-store paths a cluster may archive to and recover from: "namespace" (the default: the cluster's namespace or under it, so tenants sharing a bucket's credentials neither read nor take each other's locations) or "any"`)
 	newLogger = logFlags(f)
@@ -62,6 +64,17 @@ func newOperatorCommand() *cobra.Command {
 		f.AddGoFlag(kubeconfig)
 	}
 	return cmd
+}
+
+// defaultPoolerImage is the PgBouncer image `make images` builds and loads.
+const defaultPoolerImage = "tusk/pgbouncer:dev"
+
+// envOr is the environment variable name, or def when it is unset or empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 // objectStorePaths is the --object-store-paths flag: "namespace" or "any".

@@ -80,6 +80,9 @@ func secretNamesFor(kind, owner string) []string {
 			replicationSecretName(c), probeSecretName(c)}
 	case "PostgresRole":
 		return []string{roleCertSecretName(&tuskv1alpha1.PostgresRole{ObjectMeta: metav1.ObjectMeta{Name: owner}})}
+	case "PostgresPooler":
+		p := &tuskv1alpha1.PostgresPooler{ObjectMeta: metav1.ObjectMeta{Name: owner}}
+		return []string{poolerTLSSecretName(p), poolerAuthSecretName(p)}
 	}
 	return nil
 }
@@ -87,6 +90,9 @@ func secretNamesFor(kind, owner string) []string {
 // configMapNamesFor are the ConfigMaps Tusk makes for an object of kind
 // named owner.
 func configMapNamesFor(kind, owner string) []string {
+	if kind == "PostgresPooler" {
+		return []string{poolerConfigMapName(&tuskv1alpha1.PostgresPooler{ObjectMeta: metav1.ObjectMeta{Name: owner}})}
+	}
 	if kind != "PostgresCluster" {
 		return nil
 	}

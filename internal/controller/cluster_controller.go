@@ -47,6 +47,9 @@ type Config struct {
 	// InstanceManagerImage is the image with the tusk binary that the
 	// PostgreSQL pods' init container copies (the operator's own image).
 	InstanceManagerImage string
+	// PoolerImage is the PgBouncer image the PostgresPoolers' pods run
+	// (`tusk pooler`, copied from InstanceManagerImage, supervises it).
+	PoolerImage string
 	// OperatorNamespace is where the operator's pods run, whom the
 	// clusters' NetworkPolicies admit to the instance managers, and where
 	// the clusters' private keys are kept (keyStore).

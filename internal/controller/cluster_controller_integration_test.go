@@ -49,7 +49,7 @@ const waitTimeout = 30 * time.Second
 // testConfig is the operator's configuration in these tests. Their S3
 // server listens on loopback, which the operator otherwise refuses; every
 // other address is checked as in production.
-var testConfig = Config{InstanceManagerImage: "tusk/operator:test", OperatorNamespace: operatorNamespace, ObjectStoreAddressCheck: func(a netip.Addr) error {
+var testConfig = Config{InstanceManagerImage: "tusk/operator:test", PoolerImage: "tusk/pgbouncer:test", OperatorNamespace: operatorNamespace, ObjectStoreAddressCheck: func(a netip.Addr) error {
 	if a.IsLoopback() {
 		return nil
 	}

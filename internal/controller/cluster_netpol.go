@@ -28,7 +28,7 @@ func (r *ClusterReconciler) reconcileNetworkPolicy(ctx context.Context, c *tuskv
 
 // clusterNetworkPolicy admits to the cluster's pods: PostgreSQL from
 // anyone (or from spec.networkPolicy.postgresFrom, the cluster's own
-// instances and its SLI probe), and the instance managers' port from the operator's pods
+// instances, its SLI probe and its PostgresPoolers' pods), and the instance managers' port from the operator's pods
 // (in operatorNamespace; any namespace when unknown) and
 // spec.networkPolicy.metricsFrom. The managers' commands need the
 // operator's client certificate anyway; the policy keeps everyone else
@@ -52,6 +52,8 @@ func clusterNetworkPolicy(c *tuskv1alpha1.PostgresCluster, operatorNamespace str
 			probe := networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelProbeOf: c.Name}}}
 			postgresFrom = append(postgresFrom, probe)
 		}
+		poolers := networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelPoolerOf: c.Name}}}
+		postgresFrom = append(postgresFrom, poolers)
 	}
 	operator := networkingv1.NetworkPolicyPeer{
 		PodSelector:       &metav1.LabelSelector{MatchLabels: operatorPodLabels},

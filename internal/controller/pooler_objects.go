@@ -3,6 +3,7 @@ package controller
 import (
 	"fmt"
 	"path"
+	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -12,26 +13,35 @@ import (
 	"k8s.io/utils/ptr"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/instanceapi"
 	"tusk.dev/tusk/internal/pooler"
+	"tusk.dev/tusk/internal/poolerapi"
 )
 
-// The objects of a PostgresPooler, built from its spec alone. Nothing
-// creates them yet (issue 35): these are the builders its reconciler will
-// apply.
+// The objects of a PostgresPooler, built from its spec alone; the
+// PoolerReconciler applies them.
 
 // LabelPooler names the PostgresPooler a pod, Service or budget belongs to.
 // The pooler's pods carry no LabelCluster: the cluster's -r Service and
-// its budget select every pod with that label.
+// its budget select every pod with that label. Its other objects carry
+// both, as the probe's Deployment does: the operator's cache holds only
+// objects labelled with a cluster.
 const LabelPooler = "tusk.dev/pooler"
 
-// Paths inside a pooler pod.
+// Paths inside a pooler pod, as `tusk pooler`'s flags name them.
 const (
-	poolerConfigMount = "/etc/pgbouncer"
+	poolerConfigMount = "/etc/tusk/pooler"
 	poolerINI         = "pgbouncer.ini"
-	poolerCAMount     = "/etc/tusk/tls/ca"
-	poolerAuthMount   = "/etc/tusk/tls/auth"
-	poolerTLSMount    = "/etc/tusk/tls/pooler"
-	poolerSocketMount = "/run/pgbouncer"
+	poolerTLSMount    = "/etc/tusk/pooler-tls"
+	poolerAuthMount   = "/etc/tusk/pooler-auth-tls"
+	// poolerRunDir is PgBouncer's unix_socket_dir (its admin console, which
+	// the manager reaches as the same OS user) and holds its pidfile.
+	poolerRunDir     = "/run/tusk-pooler"
+	poolerPgBouncer  = "/usr/sbin/pgbouncer"
+	poolerStatusPort = poolerapi.DefaultPort
+	// keyPoolerClientCA is the client CA in a pooler's server Secret: the
+	// manager trusts the operator's certificate from it.
+	keyPoolerClientCA = "client-ca.crt"
 )
 
 // poolerUser is the uid and gid PgBouncer runs as in tusk/pgbouncer (the
@@ -47,8 +57,29 @@ func poolerConfigMapName(p *tuskv1alpha1.PostgresPooler) string  { return p.Name
 func poolerTLSSecretName(p *tuskv1alpha1.PostgresPooler) string  { return p.Name + "-tls" }
 func poolerAuthSecretName(p *tuskv1alpha1.PostgresPooler) string { return p.Name + "-auth-tls" }
 
-func poolerLabels(p *tuskv1alpha1.PostgresPooler) map[string]string {
+// poolerObjectNames are the names of every object p makes (one name for
+// its Deployment, Service and budget): none may be a cluster's.
+func poolerObjectNames(p *tuskv1alpha1.PostgresPooler) []string {
+	return []string{p.Name, poolerConfigMapName(p), poolerTLSSecretName(p), poolerAuthSecretName(p)}
+}
+
+// LabelPoolerOf names the cluster a pooler's pods connect to: its
+// NetworkPolicy admits them to PostgreSQL.
+const LabelPoolerOf = "tusk.dev/pooler-of"
+
+// poolerSelector selects p's pods.
+func poolerSelector(p *tuskv1alpha1.PostgresPooler) map[string]string {
 	return map[string]string{LabelPooler: p.Name}
+}
+
+// poolerPodLabels are the labels of p's pods.
+func poolerPodLabels(p *tuskv1alpha1.PostgresPooler) map[string]string {
+	return map[string]string{LabelPooler: p.Name, LabelPoolerOf: p.Spec.Cluster.Name}
+}
+
+// poolerLabels are the labels of p's other objects.
+func poolerLabels(p *tuskv1alpha1.PostgresPooler) map[string]string {
+	return map[string]string{LabelPooler: p.Name, LabelCluster: p.Spec.Cluster.Name}
 }
 
 func poolerObjectMeta(p *tuskv1alpha1.PostgresPooler, name string) metav1.ObjectMeta {
@@ -76,7 +107,7 @@ func poolerConfig(p *tuskv1alpha1.PostgresPooler) pooler.Config {
 		params[k] = string(v)
 	}
 	return pooler.Config{
-		ListenAddr: "*", ListenPort: postgresPort, SocketDir: poolerSocketMount,
+		ListenAddr: "*", ListenPort: postgresPort, SocketDir: poolerRunDir,
 		ServerHost: poolerServerHost(p), ServerPort: postgresPort,
 		PoolMode: pooler.PoolMode(p.Spec.PoolMode),
 		Pools: pooler.PoolSizes{
@@ -85,7 +116,7 @@ func poolerConfig(p *tuskv1alpha1.PostgresPooler) pooler.Config {
 			MaxDBConnections: int(ptr.Deref(pool.MaxDatabaseConnections, 0)),
 		},
 		AuthRole: pooler.AuthRole, AuthDatabase: "postgres",
-		ServerTLS: pooler.ServerTLS{CAFile: path.Join(poolerCAMount, keyCACert),
+		ServerTLS: pooler.ServerTLS{CAFile: path.Join(poolerTLSMount, keyCACert),
 			CertFile: path.Join(poolerAuthMount, corev1.TLSCertKey), KeyFile: path.Join(poolerAuthMount, corev1.TLSPrivateKeyKey)},
 		ClientTLS: pooler.ClientTLS{CertFile: path.Join(poolerTLSMount, corev1.TLSCertKey),
 			KeyFile: path.Join(poolerTLSMount, corev1.TLSPrivateKeyKey), Required: p.Spec.ClientTLS.Required},
@@ -107,35 +138,46 @@ func poolerConfigMap(p *tuskv1alpha1.PostgresPooler) (*corev1.ConfigMap, error) 
 	}, nil
 }
 
-// poolerDeployment runs p's PgBouncer pods. A rolling update adds a new pod
-// before it removes an old one, so capacity never drops.
-func poolerDeployment(p *tuskv1alpha1.PostgresPooler, image string) *appsv1.Deployment {
+// poolerDeployment runs p's pods: `tusk pooler` (copied from
+// managerImage, as the PostgreSQL pods do) supervising PgBouncer (image).
+// A rolling update adds a new pod before it removes an old one, so
+// capacity never drops; inputsHash (the configuration and certificates)
+// in the pod template rolls the pods when they change.
+func poolerDeployment(p *tuskv1alpha1.PostgresPooler, image, managerImage, inputsHash string) *appsv1.Deployment {
 	zero, one := intstr.FromInt32(0), intstr.FromInt32(1)
+	annotations := map[string]string{AnnotationPoolerInputs: inputsHash}
+	for k, v := range prometheusAnnotations {
+		annotations[k] = v
+	}
 	return &appsv1.Deployment{
 		ObjectMeta: poolerObjectMeta(p, p.Name),
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(p.Spec.Instances),
-			Selector: &metav1.LabelSelector{MatchLabels: poolerLabels(p)},
+			Selector: &metav1.LabelSelector{MatchLabels: poolerSelector(p)},
 			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
 				RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: &zero, MaxSurge: &one}},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: poolerLabels(p)},
-				Spec:       poolerPodSpec(p, image),
+				ObjectMeta: metav1.ObjectMeta{Labels: poolerPodLabels(p), Annotations: annotations},
+				Spec:       poolerPodSpec(p, image, managerImage),
 			},
 		},
 	}
 }
 
-func poolerPodSpec(p *tuskv1alpha1.PostgresPooler, image string) corev1.PodSpec {
-	cluster := siblingCluster(p.Namespace, p.Spec.Cluster.Name)
+// AnnotationPoolerInputs is the hash of what a pooler's pods read from
+// their volumes (pgbouncer.ini, the certificates): a change rolls them.
+const AnnotationPoolerInputs = "tusk.dev/pooler-inputs"
+
+func poolerPodSpec(p *tuskv1alpha1.PostgresPooler, image, managerImage string) corev1.PodSpec {
 	return corev1.PodSpec{
-		Containers: []corev1.Container{poolerContainer(p, image)},
+		InitContainers: []corev1.Container{bootstrapContainer(managerImage)},
+		Containers:     []corev1.Container{poolerContainer(p, image)},
 		Volumes: []corev1.Volume{
+			{Name: "tusk-bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 			configMapVolume("config", poolerConfigMapName(p)),
-			configMapVolume("ca", caConfigMapName(cluster)),
-			secretVolume("auth-tls", poolerAuthSecretName(p)),
 			secretVolume("pooler-tls", poolerTLSSecretName(p)),
-			{Name: "socket", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			secretVolume("pooler-auth-tls", poolerAuthSecretName(p)),
+			{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 		},
 		// fsGroup makes the mounted keys readable by PgBouncer's group.
 		SecurityContext: &corev1.PodSecurityContext{
@@ -152,28 +194,41 @@ func poolerPodSpec(p *tuskv1alpha1.PostgresPooler, image string) corev1.PodSpec 
 	}
 }
 
-func poolerContainer(p *tuskv1alpha1.PostgresPooler, image string) corev1.Container {
-	ready := &corev1.Probe{
-		ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("postgres")}},
-		PeriodSeconds: 5, FailureThreshold: 3,
+// poolerArgs are `tusk pooler`'s flags, the paths the volumes are at.
+func poolerArgs() []string {
+	return []string{
+		"pooler",
+		"--pgbouncer=" + poolerPgBouncer,
+		"--config=" + path.Join(poolerConfigMount, poolerINI),
+		"--run-dir=" + poolerRunDir,
+		"--port=" + strconv.Itoa(poolerStatusPort),
+		"--tls-cert=" + path.Join(poolerTLSMount, corev1.TLSCertKey),
+		"--tls-key=" + path.Join(poolerTLSMount, corev1.TLSPrivateKeyKey),
+		"--client-ca=" + path.Join(poolerTLSMount, keyPoolerClientCA),
 	}
+}
+
+func poolerContainer(p *tuskv1alpha1.PostgresPooler, image string) corev1.Container {
 	return corev1.Container{
-		Name:            "pgbouncer",
+		Name:            "pooler",
 		Image:           image,
 		ImagePullPolicy: corev1.PullIfNotPresent,
-		Command:         []string{"/usr/sbin/pgbouncer", path.Join(poolerConfigMount, poolerINI)},
-		Ports:           []corev1.ContainerPort{{Name: "postgres", ContainerPort: postgresPort, Protocol: corev1.ProtocolTCP}},
+		Command:         append([]string{instanceapi.ManagerBinary}, poolerArgs()...),
+		Ports: []corev1.ContainerPort{
+			{Name: "postgres", ContainerPort: postgresPort, Protocol: corev1.ProtocolTCP},
+			{Name: "status", ContainerPort: poolerStatusPort, Protocol: corev1.ProtocolTCP},
+		},
 		VolumeMounts: []corev1.VolumeMount{
+			{Name: "tusk-bin", MountPath: binMount, ReadOnly: true},
 			{Name: "config", MountPath: poolerConfigMount, ReadOnly: true},
-			{Name: "ca", MountPath: poolerCAMount, ReadOnly: true},
-			{Name: "auth-tls", MountPath: poolerAuthMount, ReadOnly: true},
 			{Name: "pooler-tls", MountPath: poolerTLSMount, ReadOnly: true},
-			{Name: "socket", MountPath: poolerSocketMount},
+			{Name: "pooler-auth-tls", MountPath: poolerAuthMount, ReadOnly: true},
+			{Name: "run", MountPath: poolerRunDir},
 		},
 		Resources:       p.Spec.Resources,
 		SecurityContext: containerSecurityContext(),
-		ReadinessProbe:  ready,
-		LivenessProbe:   ready,
+		ReadinessProbe:  httpsProbe(poolerapi.PathReadyz, 5, 3),
+		LivenessProbe:   httpsProbe(poolerapi.PathHealthz, 10, 6),
 		// Kubernetes takes a stopping pod out of the Service as SIGTERM
 		// goes out; the pause lets that reach every node first. PgBouncer
 		// then answers SIGTERM by finishing its clients' work.
@@ -195,7 +250,7 @@ func poolerAffinity(p *tuskv1alpha1.PostgresPooler) *corev1.Affinity {
 	return &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
 		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
 			Weight: 100, PodAffinityTerm: corev1.PodAffinityTerm{
-				LabelSelector: &metav1.LabelSelector{MatchLabels: poolerLabels(p)},
+				LabelSelector: &metav1.LabelSelector{MatchLabels: poolerSelector(p)},
 				TopologyKey:   corev1.LabelHostname,
 			},
 		}},
@@ -208,7 +263,7 @@ func poolerService(p *tuskv1alpha1.PostgresPooler) *corev1.Service {
 		ObjectMeta: poolerObjectMeta(p, p.Name),
 		Spec: corev1.ServiceSpec{
 			Type:     corev1.ServiceTypeClusterIP,
-			Selector: poolerLabels(p),
+			Selector: poolerSelector(p),
 			Ports: []corev1.ServicePort{{
 				Name: "postgres", Port: postgresPort, TargetPort: intstr.FromString("postgres"), Protocol: corev1.ProtocolTCP,
 			}},
@@ -224,7 +279,7 @@ func poolerPDB(p *tuskv1alpha1.PostgresPooler) *policyv1.PodDisruptionBudget {
 	return &policyv1.PodDisruptionBudget{
 		ObjectMeta: poolerObjectMeta(p, p.Name),
 		Spec: policyv1.PodDisruptionBudgetSpec{
-			Selector:       &metav1.LabelSelector{MatchLabels: poolerLabels(p)},
+			Selector:       &metav1.LabelSelector{MatchLabels: poolerSelector(p)},
 			MaxUnavailable: &one,
 		},
 	}

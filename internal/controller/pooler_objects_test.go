@@ -52,7 +52,7 @@ func TestPoolerBuildersGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			golden(t, "pooler-"+name+"-configmap", cm)
-			golden(t, "pooler-"+name+"-deployment", poolerDeployment(p, testPoolerImage))
+			golden(t, "pooler-"+name+"-deployment", poolerDeployment(p, testPoolerImage, "tusk/operator:test", "0123abcd"))
 			golden(t, "pooler-"+name+"-service", poolerService(p))
 			golden(t, "pooler-"+name+"-pdb", poolerPDB(p))
 		})
@@ -62,7 +62,7 @@ func TestPoolerBuildersGolden(t *testing.T) {
 // The pooler's pods must not be taken for the cluster's: its -r Service
 // and budget select every pod with the cluster's label.
 func TestPoolerPodsAreNotTheClustersPods(t *testing.T) {
-	d := poolerDeployment(defaultPooler(), testPoolerImage)
+	d := poolerDeployment(defaultPooler(), testPoolerImage, "tusk/operator:test", "")
 	if _, ok := d.Spec.Template.Labels[LabelCluster]; ok {
 		t.Errorf("pooler pods carry %s: the cluster's Services would send clients to them", LabelCluster)
 	}

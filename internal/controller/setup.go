@@ -60,6 +60,11 @@ func SetupWithManager(mgr ctrl.Manager, cfg Config, namespaces []string) error {
 			return err
 		}
 	}
+	poolers := &PoolerReconciler{Client: mgr.GetClient(), Config: cfg, Recorder: mgr.GetEventRecorder("tusk"), api: mgr.GetAPIReader(),
+		secrets: secrets, keys: keys}
+	if err := poolers.SetupWithManager(mgr); err != nil {
+		return err
+	}
 	return (&BackupReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("tusk"), keys: keys}).SetupWithManager(mgr)
 }
 

@@ -15,6 +15,7 @@ import (
 	"tusk.dev/tusk/internal/instance/sqlobjects"
 	"tusk.dev/tusk/internal/instance/supervisor"
 	"tusk.dev/tusk/internal/instanceapi"
+	"tusk.dev/tusk/internal/pooler"
 )
 
 // bootstrapSuffix names the directory a new data directory is built in. It
@@ -165,7 +166,46 @@ func (m *Manager) grantRoleRights(ctx context.Context, conn *pgx.Conn) error {
 	if err := ensureCertificateLoginGroup(ctx, conn); err != nil {
 		return err
 	}
+	if err := ensurePoolerAuthRole(ctx, conn); err != nil {
+		return err
+	}
 	return m.grantRewindRights(ctx, conn)
+}
+
+// ensurePoolerAuthRole makes the role every pooler looks users up as
+// (pooler.AuthRole): a login with no password and no rights but EXECUTE
+// on the lookup function, which it (re)creates in the manager's database,
+// postgres (the poolers' auth_dbname). pg_hba.conf lets the role in with a
+// client certificate only, which only the operator can issue, so the role
+// is harmless in a cluster without a pooler. It changes nothing when all
+// is there; a cluster made by an earlier Tusk gets it on its primary.
+func ensurePoolerAuthRole(ctx context.Context, conn *pgx.Conn) error {
+	var ready bool
+	err := conn.QueryRow(ctx, `SELECT rolcanlogin AND NOT rolsuper AND NOT rolreplication AND NOT rolcreaterole
+		AND NOT rolcreatedb AND NOT rolbypassrls AND rolpassword IS NULL
+		AND to_regprocedure($2) IS NOT NULL AND has_function_privilege(oid, $2, 'EXECUTE')
+		FROM pg_authid WHERE rolname = $1`, pooler.AuthRole, pooler.AuthFunction+"(text)").Scan(&ready)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("while looking at the pooler's auth role: %w", err)
+	}
+	if ready {
+		return nil
+	}
+	role := ident(pooler.AuthRole)
+	attributes := " WITH LOGIN NOSUPERUSER NOREPLICATION NOCREATEROLE NOCREATEDB NOBYPASSRLS PASSWORD NULL"
+	create := "ALTER ROLE " + role + attributes
+	if errors.Is(err, pgx.ErrNoRows) {
+		create = "CREATE ROLE " + role + attributes
+	}
+	statements := append([]string{"SET LOCAL synchronous_commit TO local", create}, pooler.AuthFunctionSQL(pooler.AuthRole)...)
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		for _, s := range statements {
+			if _, err := tx.Exec(ctx, s); err != nil {
+				return fmt.Errorf("while making the pooler's auth role and function (%s): %w", firstWords(s, 5), err)
+			}
+		}
+		return nil
+	})
 }
 
 // ensureCertificateLoginGroup makes the group pg_hba.conf lets log in with

@@ -11,6 +11,7 @@ import (
 
 	"tusk.dev/tusk/internal/instance/pgconf"
 	"tusk.dev/tusk/internal/instanceapi"
+	"tusk.dev/tusk/internal/pooler"
 )
 
 // secrets are the passwords the manager uses, read at start and again when
@@ -280,14 +281,23 @@ func emptyOrMissing(dir string) (bool, error) {
 func portArg(port int) string { return strconv.Itoa(port) }
 
 // certificateLogins are the roles that log in with a client certificate:
-// the SLI probe's, when the server checks client certificates against the
-// cluster's client CA (only the operator holds its key).
+// the SLI probe's and the poolers' auth role (to the database holding its
+// lookup function, the manager's), when the server checks client
+// certificates against the cluster's client CA (only the operator holds
+// its key).
 func certificateLogins(auth pgconf.ReplicationAuth) []pgconf.CertificateLogin {
 	if auth != pgconf.ReplicationAuthCert {
 		return nil
 	}
-	return []pgconf.CertificateLogin{{Role: instanceapi.ProbeRole, Database: instanceapi.ProbeDatabase}}
+	return []pgconf.CertificateLogin{
+		{Role: instanceapi.ProbeRole, Database: instanceapi.ProbeDatabase},
+		{Role: pooler.AuthRole, Database: poolerAuthDatabase},
+	}
 }
+
+// poolerAuthDatabase holds the poolers' lookup function: the database the
+// manager connects to (ensurePoolerAuthRole), the poolers' auth_dbname.
+const poolerAuthDatabase = "postgres"
 
 // certificateGroup is the group whose members log in with a client
 // certificate, under the same condition as certificateLogins; "" when the

@@ -52,7 +52,9 @@ type ApplyResult struct {
 // ReservedRoles are the roles Tusk creates and uses itself; no managed
 // object may create, change or drop them. Names starting with "pg_" are
 // PostgreSQL's and refused too.
-var ReservedRoles = []string{"postgres", "tusk_replication", "tusk_monitor", ProbeRole, CertificateLoginRole}
+var ReservedRoles = []string{"postgres", "tusk_replication", "tusk_monitor", ProbeRole, CertificateLoginRole,
+	"tusk_pooler_auth", // pooler.AuthRole, the poolers' lookup role
+}
 
 // ServerFileRoles are PostgreSQL's predefined roles whose members reach
 // the server's files or programs as a superuser does: the pod's keys and

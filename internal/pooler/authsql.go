@@ -24,8 +24,9 @@ const (
 // returns the verifier of the role asked for (no row for any other: a
 // record of NULLs would make PgBouncer drop its lookup connection and
 // answer "bouncer config error"); EXECUTE is granted to
-// authRole alone. Superusers and replication roles are never returned, so
-// they cannot log in through the pooler. The role itself is made
+// authRole alone. Superusers, replication roles, roles without a password
+// (Tusk's, and those that log in with a certificate) and Tusk's own roles
+// (tusk_*) are never returned, so they cannot log in through the pooler. The role itself is made
 // elsewhere (a login with no password, that pg_hba.conf lets in with a
 // client certificate only). The statements may run again: they replace
 // what they made.
@@ -42,6 +43,7 @@ AS $$
 SELECT rolname::text, rolpassword
 FROM pg_catalog.pg_authid
 WHERE rolname = role_name AND rolcanlogin AND NOT rolsuper AND NOT rolreplication
+  AND rolpassword IS NOT NULL AND rolname NOT LIKE 'tusk\_%'
   AND (rolvaliduntil IS NULL OR rolvaliduntil > pg_catalog.now())
 $$`,
 		"REVOKE ALL ON FUNCTION " + AuthFunction + "(text) FROM PUBLIC",
