@@ -141,6 +141,8 @@ const (
 	ReasonRewinding          = "RewindingReplica"
 	ReasonCAExpiring         = "CAExpiring"
 	ReasonKeysMoved          = "KeysMoved"
+	ReasonPausedPoolers      = "PausedPoolers"
+	ReasonResumedPoolers     = "ResumedPoolers"
 	ReasonCreatedInstance    = "CreatedInstance"
 	ReasonRecreatedInstance  = "RecreatedInstance"
 	ReasonRemovedInstance    = "RemovedInstance"

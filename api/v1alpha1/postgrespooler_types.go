@@ -122,6 +122,17 @@ type PostgresPoolerSpec struct {
 	// +optional
 	Parameters map[string]PgBouncerParameterValue `json:"parameters,omitempty"`
 
+	// PauseTimeout bounds how long a switchover's pause of this pooler
+	// waits for the transactions in flight to finish (type rw, pool mode
+	// transaction): past it the pooler resumes and the switchover goes
+	// on, its clients seeing what they would without a pause, rather than
+	// hanging. A client's statement_timeout shorter than the pause fails
+	// statements the pause holds.
+	// +kubebuilder:default="5s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('100ms') && duration(self) <= duration('60s')",message="spec.pauseTimeout is between 100ms and 60s, such as 5s"
+	// +optional
+	PauseTimeout *metav1.Duration `json:"pauseTimeout,omitempty"`
+
 	// Resources are the CPU and memory requests and limits of the
 	// PgBouncer container.
 	// +optional

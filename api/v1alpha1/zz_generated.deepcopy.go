@@ -933,6 +933,11 @@ func (in *PostgresPoolerSpec) DeepCopyInto(out *PostgresPoolerSpec) {
 			(*out)[key] = val
 		}
 	}
+	if in.PauseTimeout != nil {
+		in, out := &in.PauseTimeout, &out.PauseTimeout
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	in.Resources.DeepCopyInto(&out.Resources)
 }
 

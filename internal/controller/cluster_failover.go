@@ -310,6 +310,9 @@ func (r *ClusterReconciler) recordFailover(ctx context.Context, c *tuskv1alpha1.
 	// Even when a label could not move: a synchronous primary holds every
 	// commit until a standby streams from it.
 	reconnectReplicas(ctx, c, v, promoted, ic)
+	// No pooler client goes on talking to the former primary (fenced, or
+	// cut off and about to be): the -rw label has moved.
+	r.reconnectPoolers(ctx, c, func(*tuskv1alpha1.PostgresPooler) bool { return true })
 	return err
 }
 

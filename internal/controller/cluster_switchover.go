@@ -208,6 +208,10 @@ func (r *ClusterReconciler) reconcileSwitchover(ctx context.Context, c *tuskv1al
 	switch switchoverStep(old.status, target.status) {
 	case stepDownFirst:
 		r.checkpointBeforeStepDown(ctx, old, ic)
+		// The rw poolers hold their clients' transactions from here to
+		// the promotion; whatever happens, not past this pass.
+		paused := r.pausePoolers(ctx, c)
+		defer paused.resume(ctx)
 		// A failed step-down leaves the old primary serving: the next
 		// pass labels it back (labelledRole).
 		if err := r.moveWritesTo(ctx, old, target); err != nil {
@@ -230,6 +234,7 @@ func (r *ClusterReconciler) reconcileSwitchover(ctx context.Context, c *tuskv1al
 		if err := r.promoteAndRepoint(ctx, c, v, target, ic); err != nil {
 			return true, err
 		}
+		paused.resume(ctx)
 	case waitForRoles:
 		return true, nil
 	case giveUp:
@@ -250,6 +255,9 @@ func (r *ClusterReconciler) reconcileSwitchover(ctx context.Context, c *tuskv1al
 		return true, err
 	}
 	r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonSwitchedOver, "Switchover", "%s is the primary; %s follows it", target.name, from)
+	// The poolers that were not paused (session mode) may hold server
+	// connections to the former primary.
+	r.reconnectPoolers(ctx, c, func(p *tuskv1alpha1.PostgresPooler) bool { return p.Spec.PoolMode == tuskv1alpha1.PoolModeSession })
 	r.observePrimaryChange(c, "switchover")
 	return false, nil
 }
