@@ -118,7 +118,7 @@ func poolerConfig(p *tuskv1alpha1.PostgresPooler) pooler.Config {
 		AuthRole: pooler.AuthRole, AuthDatabase: "postgres",
 		ServerTLS: pooler.ServerTLS{CAFile: path.Join(poolerTLSMount, keyCACert),
 			CertFile: path.Join(poolerAuthMount, corev1.TLSCertKey), KeyFile: path.Join(poolerAuthMount, corev1.TLSPrivateKeyKey)},
-		ClientTLS: pooler.ClientTLS{CertFile: path.Join(poolerTLSMount, corev1.TLSCertKey),
+		ClientTLS: pooler.ClientTLS{CertFile: path.Join(poolerTLSMount, corev1.TLSCertKey), CAFile: path.Join(poolerTLSMount, keyCACert),
 			KeyFile: path.Join(poolerTLSMount, corev1.TLSPrivateKeyKey), Required: p.Spec.ClientTLS.Required},
 		Parameters: params,
 	}

@@ -35,6 +35,13 @@ import (
 // longer than a switchover's step-down and promotion take.
 const poolerResumeAfter = 30 * time.Second
 
+// poolerWaitForPrimary bounds how long a resume waits for a primary to
+// answer where the pooler's server connections go (the -rw Service, as
+// the pooler's node routes it): the new primary is promoted by then, and
+// the Service's label moved before the step-down; what remains is the
+// Service routing catching up.
+const poolerWaitForPrimary = 5 * time.Second
+
 // defaultPauseTimeout is spec.pauseTimeout's default (the CRD's too).
 const defaultPauseTimeout = 5 * time.Second
 
@@ -118,9 +125,10 @@ func (p *pausedPoolers) resume(ctx context.Context) {
 		}
 		var wg sync.WaitGroup
 		errs := make([]error, len(p.pods))
+		req := poolerapi.ResumeRequest{WaitForPrimary: poolerWaitForPrimary}
 		for i := range p.pods {
 			wg.Go(func() {
-				errs[i] = p.pods[i].client.call(ctx, &p.pods[i].pod, http.MethodPost, poolerapi.PathResume, nil, nil)
+				errs[i] = p.pods[i].client.call(ctx, &p.pods[i].pod, http.MethodPost, poolerapi.PathResume, req, nil)
 			})
 		}
 		wg.Wait()
@@ -205,7 +213,7 @@ func (r *ClusterReconciler) readyPoolerPods(ctx context.Context, p *tuskv1alpha1
 	}
 	wait := pauseTimeout(p)
 	ic.port = poolerapi.DefaultPort
-	ic.timeout = func(string) time.Duration { return wait + 2*time.Second }
+	ic.timeout = func(string) time.Duration { return max(wait, poolerWaitForPrimary) + 2*time.Second }
 	var out []poolerPod
 	for _, pod := range pods.Items {
 		if pod.DeletionTimestamp.IsZero() && pod.Status.PodIP != "" && podReady(&pod) {

@@ -78,6 +78,11 @@ type ServerTLS struct {
 type ClientTLS struct {
 	CertFile string
 	KeyFile  string
+	// CAFile is client_tls_ca_file. PgBouncer loads a CA for its client
+	// TLS even when it verifies no client certificate, and without one it
+	// reads the system's bundle, which the pooler's image does not have
+	// ("TLS setup failed: failed to load CA"): Tusk names the cluster's.
+	CAFile string
 	// Required refuses clients without TLS (client_tls_sslmode = require);
 	// otherwise TLS is offered (prefer).
 	Required bool
@@ -122,8 +127,8 @@ func (c Config) Validate() error {
 	if c.ServerTLS.CAFile == "" || c.ServerTLS.CertFile == "" || c.ServerTLS.KeyFile == "" {
 		errs = append(errs, errors.New("server TLS needs the cluster's CA and the auth role's client certificate and key"))
 	}
-	if c.ClientTLS.CertFile == "" || c.ClientTLS.KeyFile == "" {
-		errs = append(errs, errors.New("client TLS needs the pooler's server certificate and key"))
+	if c.ClientTLS.CertFile == "" || c.ClientTLS.KeyFile == "" || c.ClientTLS.CAFile == "" {
+		errs = append(errs, errors.New("client TLS needs the pooler's server certificate and key, and a CA"))
 	}
 	return errors.Join(append(errs, ValidateParameters(c.Parameters))...)
 }
@@ -187,6 +192,7 @@ func (c Config) settings() [][2]string {
 		{"client_tls_sslmode", clientTLSMode(c.ClientTLS.Required)},
 		{"client_tls_cert_file", c.ClientTLS.CertFile},
 		{"client_tls_key_file", c.ClientTLS.KeyFile},
+		{"client_tls_ca_file", c.ClientTLS.CAFile},
 	}
 	for _, p := range []struct {
 		name string

@@ -36,7 +36,7 @@ func validConfig() Config {
 		ServerHost: "db-rw.tenant.svc", ServerPort: 5432, PoolMode: PoolModeTransaction,
 		AuthRole: "tusk_pooler_auth", AuthDatabase: "postgres",
 		ServerTLS: ServerTLS{CAFile: "/tls/ca.crt", CertFile: "/tls/auth.crt", KeyFile: "/tls/auth.key"},
-		ClientTLS: ClientTLS{CertFile: "/tls/tls.crt", KeyFile: "/tls/tls.key", Required: true},
+		ClientTLS: ClientTLS{CertFile: "/tls/tls.crt", KeyFile: "/tls/tls.key", CAFile: "/tls/ca.crt", Required: true},
 	}
 }
 

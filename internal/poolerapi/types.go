@@ -67,11 +67,26 @@ type PauseResult struct {
 	Waited time.Duration `json:"waited"`
 }
 
+// ResumeRequest (POST /v1/resume; no body is the zero request).
+type ResumeRequest struct {
+	// WaitForPrimary, when set, holds the resume until the server
+	// PgBouncer connects to answers as a primary (not in recovery), at
+	// most this long: PgBouncer keeps the server connections it opens, so
+	// one opened on a former primary before the Service routing moved would
+	// fail writes for as long as it lives. Past the bound the pooler
+	// resumes anyway (PrimaryFound false).
+	WaitForPrimary time.Duration `json:"waitForPrimary,omitempty"`
+}
+
 // ResumeResult is what a resume did.
 type ResumeResult struct {
 	// WasPaused says a pause was ended; PausedFor is how long it lasted.
 	WasPaused bool          `json:"wasPaused"`
 	PausedFor time.Duration `json:"pausedFor,omitempty"`
+	// PrimaryFound says a primary answered before the resume (with
+	// WaitForPrimary), after PrimaryWaited.
+	PrimaryFound  bool          `json:"primaryFound,omitempty"`
+	PrimaryWaited time.Duration `json:"primaryWaited,omitempty"`
 }
 
 // Status is the pooler manager's report (GET /status).

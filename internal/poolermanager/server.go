@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -88,10 +89,7 @@ func (m *Manager) routes() http.Handler {
 		writeJSON(w, http.StatusOK, m.Status(r.Context()))
 	})
 	mux.HandleFunc("POST "+poolerapi.PathPause, m.servePause)
-	mux.HandleFunc("POST "+poolerapi.PathResume, func(w http.ResponseWriter, r *http.Request) {
-		res, err := m.pause.Resume(r.Context())
-		reply(w, res, err)
-	})
+	mux.HandleFunc("POST "+poolerapi.PathResume, m.serveResume)
 	mux.HandleFunc("POST "+poolerapi.PathReconnect, func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), adminTimeout)
 		defer cancel()
@@ -116,6 +114,40 @@ func (m *Manager) servePause(w http.ResponseWriter, r *http.Request) {
 	default:
 		reply(w, res, err)
 	}
+}
+
+// serveResume ends the pause, once a primary answers when the request
+// asks to wait for one (no body: at once).
+func (m *Manager) serveResume(w http.ResponseWriter, r *http.Request) {
+	var req poolerapi.ResumeRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid resume request: " + err.Error()})
+		return
+	}
+	var found bool
+	var waited time.Duration
+	if req.WaitForPrimary > 0 {
+		found, waited = m.waitForPrimary(r.Context(), req.WaitForPrimary)
+	}
+	res, err := m.pause.Resume(r.Context())
+	res.PrimaryFound, res.PrimaryWaited = found, waited
+	reply(w, res, err)
+}
+
+// waitForPrimary waits, at most bound, until the server PgBouncer uses
+// answers as a primary; a failure to check is logged, and the resume goes
+// on.
+func (m *Manager) waitForPrimary(ctx context.Context, bound time.Duration) (bool, time.Duration) {
+	check, err := readServerCheck(m.opts.Config)
+	if err != nil {
+		m.log.Error(err, "Cannot check the server before resuming; resuming at once")
+		return false, 0
+	}
+	found, waited, err := check.waitForPrimary(ctx, bound)
+	if !found {
+		m.log.Info("No primary answered before the resume; resuming anyway", "waited", waited, "lastError", fmt.Sprint(err))
+	}
+	return found, waited
 }
 
 // reply answers value, or 500 with the error: PgBouncer failed a command.

@@ -298,7 +298,7 @@ func poolerConfig(t testing.TB, p *clusterPKI, dir, host string, port int) poole
 		Pools:    pooler.PoolSizes{DefaultPoolSize: 5, MaxClientConn: 200},
 		AuthRole: authRole, AuthDatabase: "postgres",
 		ServerTLS:  pooler.ServerTLS{CAFile: ca, CertFile: authCert, KeyFile: authKey},
-		ClientTLS:  pooler.ClientTLS{CertFile: cert, KeyFile: key, Required: true},
+		ClientTLS:  pooler.ClientTLS{CertFile: cert, KeyFile: key, CAFile: ca, Required: true},
 		Parameters: map[string]string{"server_login_retry": "1"},
 	}
 }

@@ -467,3 +467,53 @@ func TestManagerReloadsOnSIGHUP(t *testing.T) {
 		return nil
 	})
 }
+
+// TestManagerResumeWaitsForAPrimary: a resume asked to wait for a primary
+// logs in where PgBouncer's server connections go, as the auth role with
+// its certificate (verify-full), and resumes once the server answers as a
+// primary; where none answers it resumes anyway at the bound, and says
+// so. (On the local cluster, a switchover's resume without this check
+// left PgBouncer with server connections on the former primary, restarted
+// as a replica: 6 to 9 s of read-only errors.)
+func TestManagerResumeWaitsForAPrimary(t *testing.T) {
+	t.Parallel()
+	p := newClusterPKI(t)
+	a := startServer(t, p, "a")
+	a.prepare(t, "")
+	dir := workDir(t)
+	c := poolerConfig(t, p, dir, "127.0.0.1", a.port)
+	m := startManaged(t, p, dir, c)
+
+	pauseAndResume := func(wait time.Duration) poolerapi.ResumeResult {
+		var paused poolerapi.PauseResult
+		m.mustCall(http.MethodPost, poolerapi.PathPause, poolerapi.PauseRequest{Wait: time.Second, ResumeAfter: time.Minute}, &paused)
+		if !paused.Paused {
+			t.Fatalf("pause: %+v", paused)
+		}
+		var resumed poolerapi.ResumeResult
+		m.mustCall(http.MethodPost, poolerapi.PathResume, poolerapi.ResumeRequest{WaitForPrimary: wait}, &resumed)
+		var st poolerapi.Status
+		m.mustCall(http.MethodGet, poolerapi.PathStatus, nil, &st)
+		if !resumed.WasPaused || st.Paused {
+			t.Fatalf("resume: %+v, status %+v; want the pause ended", resumed, st)
+		}
+		return resumed
+	}
+	if res := pauseAndResume(5 * time.Second); !res.PrimaryFound || res.PrimaryWaited > 2*time.Second {
+		t.Errorf("resume in front of a primary: %+v, want it found at once", res)
+	}
+
+	// Nothing listens where the configuration now sends PgBouncer.
+	c.ServerPort = testenv.FreePort(t)
+	ini, err := pooler.INI(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dir, "pgbouncer.ini", []byte(ini))
+	const bound = 700 * time.Millisecond
+	res := pauseAndResume(bound)
+	t.Logf("resume with no server: %+v", res)
+	if res.PrimaryFound || res.PrimaryWaited < bound {
+		t.Errorf("resume with no server: %+v, want no primary found after %s", res, bound)
+	}
+}
