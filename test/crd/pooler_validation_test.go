@@ -5,6 +5,7 @@ package crd
 import (
 	"context"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -37,6 +38,8 @@ func TestInvalidPoolersAreRejectedOnCreate(t *testing.T) {
 			"PgBouncer parameter values cannot contain line breaks"},
 		{"a name that is no DNS label", `metadata: {name: pg.pooler}`, "a PostgresPooler name starts with a lowercase letter"},
 		{"a name too long", `metadata: {name: ` + longName[:51] + `}`, "a PostgresPooler name is at most 50 characters"},
+		{"a pause too long", `spec: {pauseTimeout: 90s}`, "spec.pauseTimeout is between 100ms and 60s"},
+		{"a pause too short", `spec: {pauseTimeout: 10ms}`, "spec.pauseTimeout is between 100ms and 60s"},
 	}
 	for _, name := range pooler.ReservedParameters {
 		cases = append(cases, struct{ name, overlay, want string }{
@@ -75,8 +78,10 @@ func TestPoolerDefaultsUpdatesAndScale(t *testing.T) {
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Spec.Type != tuskv1alpha1.PoolerTypeRW || got.Spec.Instances != 2 || got.Spec.PoolMode != tuskv1alpha1.PoolModeTransaction {
-		t.Errorf("defaults: type %q, instances %d, poolMode %q; want rw, 2, transaction", got.Spec.Type, got.Spec.Instances, got.Spec.PoolMode)
+	if got.Spec.Type != tuskv1alpha1.PoolerTypeRW || got.Spec.Instances != 2 || got.Spec.PoolMode != tuskv1alpha1.PoolModeTransaction ||
+		got.Spec.PauseTimeout == nil || got.Spec.PauseTimeout.Duration != 5*time.Second {
+		t.Errorf("defaults: type %q, instances %d, poolMode %q, pauseTimeout %v; want rw, 2, transaction, 5s",
+			got.Spec.Type, got.Spec.Instances, got.Spec.PoolMode, got.Spec.PauseTimeout)
 	}
 
 	expectRejected(t, mergePatchObject(obj, `spec: {cluster: {name: other}}`), "spec.cluster cannot change")
