@@ -90,7 +90,11 @@ func (r *ClusterReconciler) pausePoolers(ctx context.Context, c *tuskv1alpha1.Po
 		paused.pods = append(paused.pods, pods[i])
 	}
 	took := time.Since(paused.since)
-	r.event(c, corev1.EventTypeNormal, tuskv1alpha1.ReasonPausedPoolers, "Switchover", "Paused %d pooler pod(s) in %dms before the step-down%s",
+	eventType := corev1.EventTypeNormal
+	if len(failed) > 0 {
+		eventType = corev1.EventTypeWarning
+	}
+	r.event(c, eventType, tuskv1alpha1.ReasonPausedPoolers, "Switchover", "Paused %d pooler pod(s) in %dms before the step-down%s",
 		len(paused.pods), took.Milliseconds(), notPaused(failed))
 	return paused
 }
@@ -123,6 +127,8 @@ func (p *pausedPoolers) resume(ctx context.Context) {
 		if len(p.pods) == 0 {
 			return
 		}
+		// Also when the pass's deadline passed: each call has its own.
+		ctx := context.WithoutCancel(ctx)
 		var wg sync.WaitGroup
 		errs := make([]error, len(p.pods))
 		req := poolerapi.ResumeRequest{WaitForPrimary: poolerWaitForPrimary}
