@@ -26,6 +26,8 @@ const poolerReadyTimeout = 2 * time.Minute
 // it pauses the pooler before the step-down and resumes it after the
 // promotion: no acknowledged write lost, and no client error at all.
 func TestSwitchoverThroughThePooler(t *testing.T) {
+	// Alone, not in parallel: the pause's length is the clients' write
+	// gap, which other tests' load would blur.
 	serial(t, measuresWriteGap)
 	ns := newNamespace(t)
 	const name = "pooled"
