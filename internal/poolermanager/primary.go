@@ -1,11 +1,8 @@
 package poolermanager
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -33,27 +30,9 @@ const primaryCheckEvery = 50 * time.Millisecond
 // readServerCheck reads from the ini the server of the database "*" and
 // the auth role's login: auth_user, auth_dbname and the server_tls_* files.
 func readServerCheck(path string) (serverCheck, error) {
-	f, err := os.Open(path) //nolint:gosec // the configuration the pod mounts
+	keys, err := readINI(path)
 	if err != nil {
-		return serverCheck{}, fmt.Errorf("while reading PgBouncer's configuration: %w", err)
-	}
-	defer func() { _ = f.Close() }()
-	keys, section := map[string]string{}, ""
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if strings.HasPrefix(line, "[") {
-			section = strings.Trim(line, "[] ")
-			continue
-		}
-		key, value, ok := strings.Cut(line, "=")
-		if !ok {
-			continue
-		}
-		keys[section+"."+strings.TrimSpace(key)] = strings.TrimSpace(value)
-	}
-	if err := sc.Err(); err != nil {
-		return serverCheck{}, fmt.Errorf("while reading PgBouncer's configuration: %w", err)
+		return serverCheck{}, err
 	}
 	server := keys["databases.*"]
 	if server == "" || keys["pgbouncer.auth_user"] == "" {
