@@ -163,7 +163,7 @@ func (c *checker) indexLedger(recs []Record) {
 			c.runs[r.Run] = true
 			continue
 		}
-		if r.Kind == KindEnd {
+		if !r.Kind.attempt() {
 			continue
 		}
 		k := Key{Run: r.Run, Client: r.Client, Seq: r.Seq}

@@ -74,6 +74,18 @@ func TestCheckRules(t *testing.T) {
 			},
 		},
 		{
+			// A failed connection sent nothing: no attempt, no phantom.
+			name: "failed connections are no attempts",
+			ledger: append(ledger("ack 1 1 A 1"),
+				Record{Kind: KindConnectFailed, Run: "r", Client: 2, At: sec(2), Error: "dial"}),
+			rows: rows("1 1 A 1"),
+			check: func(t *testing.T, r *CheckReport) {
+				if r.Attempted != 1 || len(r.Clients) != 1 {
+					t.Errorf("report %+v, want the one attempt of client 1", r)
+				}
+			},
+		},
+		{
 			name:     "lost",
 			ledger:   ledger("ack 1 1 A 1", "ack 1 2 A 2", "ack 1 3 A 3"),
 			rows:     rows("1 1 A 1"),

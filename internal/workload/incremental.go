@@ -147,7 +147,7 @@ func (st *checkState) runsWith(recs []Record) map[string]bool {
 func (st *checkState) validate(recs []Record) string {
 	runs, marks := st.runsWith(recs), st.marks()
 	for _, r := range recs {
-		if r.Kind == KindBegin || r.Kind == KindEnd {
+		if !r.Kind.attempt() {
 			continue
 		}
 		if !runs[r.Run] {
@@ -333,7 +333,7 @@ func (a *advancing) nextState() *checkState {
 	now.clients = nil
 	next.Verified.add(now)
 	for _, r := range a.recs {
-		if r.Kind != KindBegin && r.Kind != KindEnd && a.open(Key{Run: r.Run, Client: r.Client, Seq: r.Seq}) {
+		if r.Kind.attempt() && a.open(Key{Run: r.Run, Client: r.Client, Seq: r.Seq}) {
 			next.Pending = append(next.Pending, r)
 		}
 	}

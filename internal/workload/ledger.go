@@ -31,7 +31,20 @@ const (
 	KindRejected Kind = "rejected"
 	// KindEnd ends a run cleanly.
 	KindEnd Kind = "end"
+	// KindConnectFailed is written when a client could not connect: Client
+	// and Error are set, no seq (nothing was sent). The checker ignores it;
+	// it counts what a client saw (Window).
+	KindConnectFailed Kind = "connect-failed"
 )
+
+// attempt says whether a record is about one attempt (one seq).
+func (k Kind) attempt() bool {
+	switch k {
+	case KindTry, KindAck, KindUnknown, KindRejected:
+		return true
+	}
+	return false
+}
 
 // Record is one line of the ledger.
 type Record struct {
@@ -51,6 +64,10 @@ type Record struct {
 	Warning string `json:"w,omitempty"`
 	// Error is the kind of error of an unknown or rejected attempt.
 	Error string `json:"e,omitempty"`
+	// Connecting is when the connection a try is sent on began to be
+	// made, on an ordinary client's tries (a new connection each): what
+	// the client waited includes it.
+	Connecting time.Time `json:"ct,omitzero"`
 	// Begin records.
 	Table   string `json:"table,omitempty"`
 	Clients int    `json:"clients,omitempty"`

@@ -214,14 +214,16 @@ func (w *writer) client(ctx context.Context, id int) {
 				if ended(ctx) {
 					return // the run ended while connecting
 				}
-				w.countError("connect_" + ErrorKind(err))
+				if w.connectFailed(id, err) != nil {
+					return
+				}
 				sleep(ctx, backoff)
 				backoff = min(2*backoff, w.opts.MaxBackoff)
 				continue
 			}
 			conn = c
 		}
-		err := w.insert(conn, id, seq, &warning)
+		err := w.insert(conn, try{id: id, seq: seq}, &warning)
 		seq++ // never retry a seq: its commit may have happened
 		switch {
 		case err == nil:
@@ -246,16 +248,19 @@ func (w *writer) client(ctx context.Context, id int) {
 func (w *writer) ordinaryClient(ctx context.Context, id int) {
 	var warning string
 	for seq := int64(1); ctx.Err() == nil; seq++ {
+		connecting := time.Now()
 		conn, err := w.connect(ctx, &warning)
 		if err != nil {
 			if ended(ctx) {
 				return // the run ended while connecting
 			}
-			w.countError("connect_" + ErrorKind(err))
+			if w.connectFailed(id, err) != nil {
+				return
+			}
 			sleep(ctx, w.opts.Backoff)
 			continue
 		}
-		err = w.insert(conn, id, seq, &warning)
+		err = w.insert(conn, try{id: id, seq: seq, connecting: connecting}, &warning)
 		closeConn(conn)
 		switch {
 		case errors.Is(err, errLedger):
@@ -270,11 +275,30 @@ func (w *writer) ordinaryClient(ctx context.Context, id int) {
 
 var errLedger = errors.New("ledger")
 
+// try is one attempt of a client: its seq and, for a new connection per
+// attempt, when the connection began to be made.
+type try struct {
+	id         int
+	seq        int64
+	connecting time.Time
+}
+
+// connectFailed counts and records a failed connection; an error is the
+// ledger's.
+func (w *writer) connectFailed(id int, err error) error {
+	kind := ErrorKind(err)
+	w.countError("connect_" + kind)
+	if lerr := w.ledger.Append(Record{Kind: KindConnectFailed, Run: w.rep.Run, Client: id, Error: kind, At: time.Now()}); lerr != nil {
+		return fmt.Errorf("%w: %w", errLedger, lerr)
+	}
+	return nil
+}
+
 // insert makes one attempt and records it. It is not cut short by the end
 // of the run, only by Timeout: an acknowledgement in flight is recorded.
-func (w *writer) insert(conn *pgx.Conn, id int, seq int64, warning *string) error {
-	run := w.rep.Run
-	if err := w.ledger.Append(Record{Kind: KindTry, Run: run, Client: id, Seq: seq, At: time.Now()}); err != nil {
+func (w *writer) insert(conn *pgx.Conn, a try, warning *string) error {
+	run, id, seq := w.rep.Run, a.id, a.seq
+	if err := w.ledger.Append(Record{Kind: KindTry, Run: run, Client: id, Seq: seq, At: time.Now(), Connecting: a.connecting}); err != nil {
 		return fmt.Errorf("%w: %w", errLedger, err)
 	}
 	w.count(func(r *WriteReport) { r.Attempted++ })
