@@ -745,6 +745,24 @@ type MajorUpgradeStatus struct {
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
 }
 
+// PoolerPauseStatus is a pause of a cluster's rw poolers: their clients'
+// transactions held in PgBouncer from before the old primary's step-down
+// until the new primary answered.
+type PoolerPauseStatus struct {
+	// Time is when the pause was asked for.
+	Time metav1.Time `json:"time"`
+	// HeldMilliseconds is how long the clients were held: from the pause
+	// to the resume.
+	HeldMilliseconds int64 `json:"heldMilliseconds"`
+	// Pods is how many pooler pods were paused.
+	Pods int32 `json:"pods"`
+	// Failures name the pods that could not be paused (their clients saw
+	// what a client without a pooler sees) or resumed (each resumes by
+	// itself 30 s after its pause), with why.
+	// +optional
+	Failures []string `json:"failures,omitempty"`
+}
+
 // PostgresClusterStatus is what Tusk last observed of the cluster.
 type PostgresClusterStatus struct {
 	// ObservedGeneration is the spec generation this status describes.
@@ -785,6 +803,11 @@ type PostgresClusterStatus struct {
 	// instance names (<cluster>-<serial>) are never reused.
 	// +optional
 	LastInstanceSerial int32 `json:"lastInstanceSerial,omitempty"`
+
+	// LastPoolerPause is the last pause of the cluster's rw poolers (pool
+	// mode transaction) across a switchover or a handover.
+	// +optional
+	LastPoolerPause *PoolerPauseStatus `json:"lastPoolerPause,omitempty"`
 
 	// PostgresMajor is the PostgreSQL major version of the cluster's data,
 	// as its primary reports it.

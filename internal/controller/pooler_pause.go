@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
@@ -61,6 +62,8 @@ type pausedPoolers struct {
 	pods    []poolerPod
 	since   time.Time
 	once    sync.Once
+	// failed are the pods the pause did not reach, with why.
+	failed []string
 }
 
 // pausePoolers pauses the cluster's rw poolers in transaction mode, each
@@ -89,6 +92,7 @@ func (r *ClusterReconciler) pausePoolers(ctx context.Context, c *tuskv1alpha1.Po
 		}
 		paused.pods = append(paused.pods, pods[i])
 	}
+	paused.failed = failed
 	took := time.Since(paused.since)
 	eventType := corev1.EventTypeNormal
 	if len(failed) > 0 {
@@ -149,9 +153,23 @@ func (p *pausedPoolers) resume(ctx context.Context) {
 			eventType = corev1.EventTypeWarning
 			note = fmt.Sprintf("; could not resume %s: each resumes by itself %s after its pause", strings.Join(failed, ", "), poolerResumeAfter)
 		}
+		held := time.Since(p.since)
 		p.r.event(p.cluster, eventType, tuskv1alpha1.ReasonResumedPoolers, "Switchover", "Resumed %d pooler pod(s) after a pause of %dms%s",
-			len(p.pods)-len(failed), time.Since(p.since).Milliseconds(), note)
+			len(p.pods)-len(failed), held.Milliseconds(), note)
+		// Written with the switchover's next status write (its record of
+		// the new primary, or the pass's end).
+		p.cluster.Status.LastPoolerPause = &tuskv1alpha1.PoolerPauseStatus{Time: metav1.NewTime(p.since),
+			HeldMilliseconds: held.Milliseconds(), Pods: int32(len(p.pods)), Failures: append(prefixed("not paused: ", p.failed), prefixed("not resumed: ", failed)...)}
 	})
+}
+
+// prefixed is each of failed after prefix.
+func prefixed(prefix string, failed []string) []string {
+	out := make([]string, len(failed))
+	for i, f := range failed {
+		out[i] = prefix + f
+	}
+	return out
 }
 
 // reconnectPoolers drops the server connections of the cluster's rw
