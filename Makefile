@@ -261,10 +261,10 @@ chaos: images deploy ## Chaos test (docs/chaos.md): random faults under the work
 		$(GOTESTSUM) --jsonfile $(TEST_REPORTS)/chaos-$(or $(MODE),sync).json --format standard-verbose -- $(E2E_FLAGS) -tags e2e -run '^TestChaos$$' ./test/e2e/
 
 .PHONY: bench-ha
-bench-ha: images deploy ## HA figures (docs/chaos.md): write gaps of a switchover, a deleted and an evicted primary, for the tuned and the ordinary (libpq defaults) client; the read gap of a deleted replica.
+bench-ha: images deploy ## HA figures (docs/chaos.md, docs/pooler.md): write gaps of a switchover, a deleted and an evicted primary, for the tuned and the ordinary (libpq defaults) client; the read gap of a deleted replica; through a pooler: errors, longest wait and gap of a switchover, a handover, a pooler rolling update and a network cut, beside direct clients, and pgbench -S through it against direct.
 	@mkdir -p $(E2E_ARTIFACTS)
 	E2E_ARTIFACTS=$(E2E_ARTIFACTS) go test $(E2E_FLAGS) -tags e2e -v \
-		-run '^Test(SwitchoverUnderLoad|PrimaryPodDeletedUnderLoad|PrimaryEvictedUnderLoad|ReplicaDeletedUnderReader)$$' ./test/e2e/ | tee $(E2E_ARTIFACTS)/bench-ha.log
+		-run '^Test(SwitchoverUnderLoad|PrimaryPodDeletedUnderLoad|PrimaryEvictedUnderLoad|ReplicaDeletedUnderReader|HandoversThroughThePooler)$$' ./test/e2e/ | tee $(E2E_ARTIFACTS)/bench-ha.log
 	@grep -o 'figure: .*' $(E2E_ARTIFACTS)/bench-ha.log
 
 .PHONY: demo

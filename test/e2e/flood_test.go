@@ -101,19 +101,10 @@ func watchReadiness(t *testing.T, ns, name string, d time.Duration) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !podReady(p) {
+		if !podIsReady(p) {
 			unready = append(unready, time.Now().Format("15:04:05.0"))
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
 	return unready
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

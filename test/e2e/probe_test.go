@@ -107,7 +107,7 @@ func scrapeProbe(t *testing.T, ns, cluster string) probeCounts {
 		}
 		var running []string
 		for _, p := range pods.Items {
-			if podReady(&p) && p.DeletionTimestamp == nil {
+			if podIsReady(&p) && p.DeletionTimestamp == nil {
 				running = append(running, p.Name)
 			}
 		}

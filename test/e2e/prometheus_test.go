@@ -185,7 +185,7 @@ func deployPrometheus(t *testing.T, ns string) *promServer {
 			return false, err
 		}
 		for i := range pods.Items {
-			if podReady(&pods.Items[i]) {
+			if podIsReady(&pods.Items[i]) {
 				p.pod = pods.Items[i].Name
 				return true, nil
 			}

@@ -87,9 +87,9 @@ func startWorkload(t *testing.T, ns, cluster string) *workloadWriter {
 func startWorkloadPod(t *testing.T, ns, cluster string, pod *corev1.Pod) *workloadWriter {
 	t.Helper()
 	createPod(t, ns, pod)
-	waitPodReady(t, ns, workloadPodName, 2*time.Minute)
-	w := &workloadWriter{ns: ns, cluster: cluster, pod: workloadPodName, container: "writer", ledger: workloadLedger, table: "tusk_workload",
-		ordinary: &workloadWriter{ns: ns, cluster: cluster, pod: workloadPodName, container: ordinaryContainer, ledger: ordinaryLedger, table: ordinaryTable}}
+	waitPodReady(t, ns, pod.Name, 2*time.Minute)
+	w := &workloadWriter{ns: ns, cluster: cluster, pod: pod.Name, container: "writer", ledger: workloadLedger, table: "tusk_workload",
+		ordinary: &workloadWriter{ns: ns, cluster: cluster, pod: pod.Name, container: ordinaryContainer, ledger: ordinaryLedger, table: ordinaryTable}}
 	w.WaitAcks(t, 50, 2*time.Minute)
 	return w
 }
