@@ -75,8 +75,9 @@ func TestHandoversThroughThePooler(t *testing.T) {
 	clients := map[string]*workloadWriter{"pooler": pooled, "direct": direct}
 
 	var events []poolerEvent
+	var start time.Time
 	run := func(what string, fault func()) {
-		start := time.Now()
+		start = time.Now()
 		fault()
 		waitHealthy(t, ns, name, haInstances, clusterChangeTimeout)
 		pooled.WaitAcks(t, 100, 2*time.Minute)
@@ -87,6 +88,7 @@ func TestHandoversThroughThePooler(t *testing.T) {
 	run("switchover", func() {
 		promote(t, ns, name, firstReplica(t, ns, name))
 		t.Logf("pause: %s", waitForClusterEvent(t, ns, tuskv1alpha1.ReasonResumedPoolers))
+		assertPauseInStatus(t, ns, name, start)
 	})
 	run("primary pod deleted", func() {
 		clearEvents(t, ns, tuskv1alpha1.ReasonResumedPoolers)
@@ -121,6 +123,25 @@ func TestHandoversThroughThePooler(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// assertPauseInStatus checks the cluster's status.lastPoolerPause
+// describes a pause after since of both pooler pods, none failed.
+func assertPauseInStatus(t *testing.T, ns, name string, since time.Time) {
+	t.Helper()
+	var p *tuskv1alpha1.PoolerPauseStatus
+	eventually(t, clusterChangeTimeout, "status.lastPoolerPause after the switchover", func(ctx context.Context) (bool, error) {
+		c, err := getCluster(ctx, ns, name)
+		if err != nil {
+			return false, err
+		}
+		p = c.Status.LastPoolerPause
+		return p != nil && !p.Time.Time.Before(since.Truncate(time.Second)), nil
+	})
+	t.Logf("status.lastPoolerPause: %+v", *p)
+	if p.Pods != 2 || len(p.Failures) > 0 || p.HeldMilliseconds <= 0 {
+		t.Errorf("status.lastPoolerPause %+v: want 2 pods paused, held a while, no failure", *p)
 	}
 }
 
