@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/workload"
 )
 
 // The environment switches of TestChaos.
@@ -220,17 +221,18 @@ func TestChaos(t *testing.T) {
 	name := "chaos-" + mode
 	newChaosCluster(t, ns, name, cfg)
 	w := startWorkload(t, ns, name)
+	pooled := startPooledWorkload(t, ns, name)
 	if cfg.async {
-		// Both clients: the ordinary one commits less often, but a commit
+		// Every client: the ordinary one commits less often, but a commit
 		// of its in the last moment before a failover is lost the same way
 		// (assertBoundedLoss then checks each lost row against the bound).
-		for _, c := range w.writers() {
+		for _, c := range append(w.writers(), pooled.writers()...) {
 			c.maxLost = asyncMaxLost
 		}
 	}
 	events := runChaos(t, ns, name, w, rng, cfg)
 
-	for _, c := range w.writers() {
+	for _, c := range append(w.writers(), pooled.writers()...) {
 		c.Stop(t)
 		lost := checkClient(t, c, cfg.async, events)
 		if c == w {
@@ -241,6 +243,45 @@ func TestChaos(t *testing.T) {
 	}
 	logFailoverEvents(t, ns)
 	logChaosFigures(t, w, events, cfg.async)
+	checkPooledClients(t, pooled, events)
+}
+
+// chaosPooledClients is how many clients of the chaos suite's pooled
+// writer hold a connection through the pooler.
+const chaosPooledClients = 8
+
+// startPooledWorkload puts a rw pooler (transaction mode, two pods) in
+// front of the cluster and starts a second workload pod, "pooled", whose
+// clients write through it: the faults hit its clients too.
+func startPooledWorkload(t *testing.T, ns, cluster string) *workloadWriter {
+	t.Helper()
+	pooler := cluster + "-pooler"
+	createPooler(t, ns, pooler, cluster)
+	waitPoolerReady(t, ns, pooler, 2)
+	pod := workloadPodThrough(ns, cluster, pooler, chaosPooledClients)
+	pod.Name = "pooled"
+	return startWorkloadPod(t, ns, cluster, pod)
+}
+
+// checkPooledClients prints, fault by fault, the errors and write gap of
+// the clients writing through the pooler, and fails the test if one saw
+// an error across a handover (a deleted or evicted primary): the pooler
+// is paused around it (docs/pooler.md).
+func checkPooledClients(t *testing.T, pooled *workloadWriter, events []chaosEvent) {
+	t.Helper()
+	for _, c := range pooled.writers() {
+		recs := c.Ledger(t)
+		for _, ev := range events {
+			rep := workload.Window(recs, ev.start, ev.end)
+			t.Logf("figure: chaos %s through the pooler at %s, %s client: %d errors %v, longest wait %.2fs, write gap %.2fs",
+				ev.fault, ev.start.Format("15:04:05"), clientKind(c), rep.ErrorCount(), rep.Errors, rep.Longest.Seconds(),
+				writeGapAround(recs, ev.start, ev.end).Seconds())
+			if (ev.fault == "delete-primary" || ev.fault == "evict-primary") && rep.ErrorCount() > 0 {
+				t.Errorf("the %s client saw errors through the pooler across %s at %s: %v", clientKind(c), ev.fault,
+					ev.start.Format("15:04:05"), rep.Errors)
+			}
+		}
+	}
 }
 
 // checkClient checks one client's rows: nothing acknowledged lost
