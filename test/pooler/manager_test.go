@@ -167,6 +167,7 @@ func TestManagerPausesAndResumesUnderLoad(t *testing.T) {
 		!strings.Contains(scrape, `tusk_pooler_transactions_total{database="app"}`) {
 		t.Errorf("the scrape has not the application's pool:\n%s", scrape)
 	}
+	checkScrapeIsTheCatalogue(t, scrape)
 }
 
 func waitAcked(t *testing.T, w *workload, n int64) {
