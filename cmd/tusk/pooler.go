@@ -33,6 +33,8 @@ func newPoolerCommand() *cobra.Command {
 	fl.StringVar(&opts.TLSCert, "tls-cert", "/etc/tusk/pooler-tls/tls.crt", "the pooler API's server certificate")
 	fl.StringVar(&opts.TLSKey, "tls-key", "/etc/tusk/pooler-tls/tls.key", "the pooler API's server key")
 	fl.StringVar(&opts.ClientCA, "client-ca", "/etc/tusk/pooler-tls/client-ca.crt", "the CA the operator's client certificate is checked against")
+	fl.StringVar(&opts.AuthCert, "auth-cert", "/etc/tusk/pooler-auth-tls/tls.crt",
+		"the auth role's client certificate PgBouncer presents to PostgreSQL (read for its expiry metric only)")
 	fl.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", poolermanager.DefaultShutdownTimeout,
 		"on SIGTERM, how long PgBouncer may wait for transactions in flight before it stops at once")
 	buildLog := logFlags(fl)

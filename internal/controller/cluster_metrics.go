@@ -105,6 +105,9 @@ func (c ClusterCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range c.sqlObjectMetrics(ctx) {
 		ch <- m
 	}
+	for _, m := range c.poolerMetrics(ctx) {
+		ch <- m
+	}
 	for i := range clusters.Items {
 		cl := &clusters.Items[i]
 		certs := clusterCertificates(cl, byName)

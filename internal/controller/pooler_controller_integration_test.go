@@ -196,7 +196,7 @@ func checkPoolerPods(t *testing.T, d *appsv1.Deployment) {
 	ctr := spec.Containers[0]
 	want := []string{"/tusk-bin/tusk", "pooler", "--pgbouncer=/usr/sbin/pgbouncer", "--config=/etc/tusk/pooler/pgbouncer.ini",
 		"--run-dir=/run/tusk-pooler", "--port=8000", "--tls-cert=/etc/tusk/pooler-tls/tls.crt", "--tls-key=/etc/tusk/pooler-tls/tls.key",
-		"--client-ca=/etc/tusk/pooler-tls/client-ca.crt"}
+		"--client-ca=/etc/tusk/pooler-tls/client-ca.crt", "--auth-cert=/etc/tusk/pooler-auth-tls/tls.crt"}
 	if !slices.Equal(ctr.Command, want) || ctr.Image != testConfig.PoolerImage {
 		t.Errorf("the pooler runs %s %v, want %s %v", ctr.Image, ctr.Command, testConfig.PoolerImage, want)
 	}

@@ -205,6 +205,7 @@ func poolerArgs() []string {
 		"--tls-cert=" + path.Join(poolerTLSMount, corev1.TLSCertKey),
 		"--tls-key=" + path.Join(poolerTLSMount, corev1.TLSPrivateKeyKey),
 		"--client-ca=" + path.Join(poolerTLSMount, keyPoolerClientCA),
+		"--auth-cert=" + path.Join(poolerAuthMount, corev1.TLSCertKey),
 	}
 }
 

@@ -39,6 +39,10 @@ type Options struct {
 	// TLS files: the server certificate and key, and the CA the
 	// operator's client certificate is checked against.
 	TLSCert, TLSKey, ClientCA string
+	// AuthCert is the auth role's client certificate, which PgBouncer
+	// presents to PostgreSQL (its ini names it): the manager reads it only
+	// for its expiry metric. Optional.
+	AuthCert string
 	// ShutdownTimeout bounds PgBouncer's safe shutdown on SIGTERM (the
 	// transactions in flight it waits for); past it, PgBouncer stops at
 	// once. DefaultShutdownTimeout when zero.

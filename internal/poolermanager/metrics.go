@@ -54,10 +54,11 @@ var (
 const metricsMaxAge = 2 * time.Second
 
 type metrics struct {
-	m         *Manager
-	registry  *prometheus.Registry
-	durations prometheus.Observer
-	restarts  atomic.Int64
+	m            *Manager
+	certificates certificateFiles
+	registry     *prometheus.Registry
+	durations    prometheus.Observer
+	restarts     atomic.Int64
 
 	mu            sync.Mutex
 	pauses        map[string]float64
@@ -74,7 +75,8 @@ type metrics struct {
 func newMetrics(m *Manager) *metrics {
 	reg := prometheus.NewRegistry()
 	mt := &metrics{m: m, registry: reg, durations: pauseDurations.WithLabelValues(),
-		pauses: map[string]float64{}, resumes: map[string]float64{}}
+		certificates: certificateFiles{server: m.opts.TLSCert, auth: m.opts.AuthCert},
+		pauses:       map[string]float64{}, resumes: map[string]float64{}}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), mt, pauseDurations)
 	return mt
 }
@@ -118,6 +120,9 @@ func (mt *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- gauge(descLastPause, mt.lastPause)
 	ch <- gauge(descLastPauseWait, mt.lastPauseWait)
 	mt.mu.Unlock()
+	for _, s := range mt.certificates.samples() {
+		ch <- s
+	}
 	up, samples := mt.pgbouncerSamples()
 	ch <- gauge(descUp, up)
 	for _, s := range samples {

@@ -120,6 +120,39 @@ var dashboard = []section{
 			},
 			legends: []string{"{{instance}} restarts", "{{instance}} fenced by {{by}}"}, width: 8},
 	}},
+	{"Poolers", []panel{
+		{title: "Pooler pods ready / wanted", kind: "stat", help: "The cluster's PostgresPoolers, as the operator sees them.",
+			queries: []string{`max by (pooler) (tusk_pooler_instances_ready{` + sel + `})`, `max by (pooler) (tusk_pooler_instances{` + sel + `})`},
+			legends: []string{"{{pooler}} ready", "{{pooler}} wanted"}, width: 6},
+		{title: "Clients by pool", kind: "timeseries", help: "SHOW POOLS cl_active and cl_waiting, summed over each pooler's pods.",
+			queries: []string{`sum by (pooler, database, user, state) (tusk_pooler_clients{` + sel + `})`},
+			legends: []string{"{{pooler}} {{database}}/{{user}} {{state}}"}, width: 9},
+		{title: "Server connections by pool", kind: "timeseries", help: "SHOW POOLS sv_active and sv_idle, summed over each pooler's pods.",
+			queries: []string{`sum by (pooler, database, user, state) (tusk_pooler_server_connections{` + sel + `})`},
+			legends: []string{"{{pooler}} {{database}}/{{user}} {{state}}"}, width: 9},
+		{title: "Longest client wait", kind: "timeseries", unit: "s", help: "How long the oldest client waiting for a server connection has waited (SHOW POOLS maxwait), worst pod.",
+			queries: []string{`max by (pooler, database, user) (tusk_pooler_client_max_wait_seconds{` + sel + `})`},
+			legends: []string{"{{pooler}} {{database}}/{{user}}"}, width: 6},
+		{title: "Transactions and queries", kind: "timeseries", unit: "ops",
+			queries: []string{
+				`sum by (pooler, database) (rate(tusk_pooler_transactions_total{` + sel + `}[$__rate_interval]))`,
+				`sum by (pooler, database) (rate(tusk_pooler_queries_total{` + sel + `}[$__rate_interval]))`,
+			},
+			legends: []string{"{{pooler}} {{database}} transactions", "{{pooler}} {{database}} queries"}, width: 6},
+		{title: "Pauses and PgBouncer restarts", kind: "timeseries", help: "Switchover pauses by result, pods paused now, and PgBouncer's unexpected exits.",
+			queries: []string{
+				`sum by (pooler, result) (increase(tusk_pooler_pauses_total{` + sel + `}[$__rate_interval]))`,
+				`sum by (pooler) (tusk_pooler_paused{` + sel + `})`,
+				`sum by (pooler) (increase(tusk_pooler_pgbouncer_restarts_total{` + sel + `}[$__rate_interval]))`,
+			},
+			legends: []string{"{{pooler}} pauses {{result}}", "{{pooler}} pods paused", "{{pooler}} restarts"}, width: 6},
+		{title: "Last pause held clients", kind: "timeseries", unit: "s", help: "How long each pod's last pause held clients, and waited for transactions in flight to take hold.",
+			queries: []string{
+				`max by (pooler, instance) (tusk_pooler_last_pause_seconds{` + sel + `})`,
+				`max by (pooler, instance) (tusk_pooler_last_pause_wait_seconds{` + sel + `})`,
+			},
+			legends: []string{"{{instance}} held", "{{instance}} waited"}, width: 6},
+	}},
 }
 
 // grafanaDashboard renders the sections as Grafana's dashboard JSON model.

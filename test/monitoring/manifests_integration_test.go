@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -29,8 +30,11 @@ func TestMonitoringComponentIsAccepted(t *testing.T) {
 
 	kinds := map[string]int{}
 	var dashboard map[string]string
+	var podMonitors []string
 	for _, obj := range renderWithComponent(t) {
 		switch {
+		case obj.GetKind() == "PodMonitor":
+			podMonitors = append(podMonitors, obj.GetName())
 		case obj.GetAPIVersion() == "monitoring.coreos.com/v1":
 		case obj.GetKind() == "ConfigMap" && obj.GetName() == "tusk-grafana-dashboard":
 			dashboard = obj.GetLabels()
@@ -46,8 +50,12 @@ func TestMonitoringComponentIsAccepted(t *testing.T) {
 			t.Errorf("%s %s: %v", obj.GetKind(), obj.GetName(), err)
 		}
 	}
-	if kinds["PodMonitor"] != 3 || kinds["PrometheusRule"] != 1 || kinds["ConfigMap"] != 1 {
-		t.Errorf("the component rendered %v, want 3 PodMonitors, a PrometheusRule and the dashboard's ConfigMap", kinds)
+	if kinds["PodMonitor"] != 4 || kinds["PrometheusRule"] != 1 || kinds["ConfigMap"] != 1 {
+		t.Errorf("the component rendered %v, want 4 PodMonitors, a PrometheusRule and the dashboard's ConfigMap", kinds)
+	}
+	slices.Sort(podMonitors)
+	if want := []string{"tusk-instances", "tusk-operator", "tusk-poolers", "tusk-probes"}; !slices.Equal(podMonitors, want) {
+		t.Errorf("the component's PodMonitors are %v, want %v", podMonitors, want)
 	}
 	if dashboard["grafana_dashboard"] != "1" {
 		t.Errorf("the dashboard's ConfigMap is labelled %v; Grafana's sidecar looks for grafana_dashboard=1", dashboard)

@@ -13,6 +13,7 @@ import (
 	"tusk.dev/tusk/internal/controller"
 	"tusk.dev/tusk/internal/instance"
 	"tusk.dev/tusk/internal/metricsdoc"
+	"tusk.dev/tusk/internal/poolermanager"
 	"tusk.dev/tusk/internal/probe"
 	"tusk.dev/tusk/internal/testenv"
 )
@@ -73,7 +74,7 @@ func readYAML(t *testing.T, path string, into any) {
 // and Prometheus' up.
 func servedSeries() map[string]bool {
 	served := map[string]bool{"up": true}
-	for _, c := range []*metricsdoc.Catalogue{controller.MetricsCatalogue, instance.MetricsCatalogue, probe.MetricsCatalogue} {
+	for _, c := range []*metricsdoc.Catalogue{controller.MetricsCatalogue, instance.MetricsCatalogue, probe.MetricsCatalogue, poolermanager.MetricsCatalogue} {
 		for _, m := range c.Metrics() {
 			if m.Kind == metricsdoc.Histogram {
 				for _, suffix := range []string{"_bucket", "_sum", "_count"} {

@@ -13,6 +13,7 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,6 +62,8 @@ type managed struct {
 	exited  chan struct{}
 	exitErr error
 	api     string
+	// dir holds the API's files and the auth certificate.
+	dir string
 	// operator presents the operator's client certificate.
 	operator *http.Client
 }
@@ -96,11 +99,14 @@ func launchManaged(t testing.TB, p *clusterPKI, dir, ini string) *managed {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &managed{t: t, pki: p, exited: make(chan struct{}), api: "https://localhost:" + strconv.Itoa(testenv.FreePort(t))}
+	m := &managed{t: t, pki: p, dir: dir, exited: make(chan struct{}), api: "https://localhost:" + strconv.Itoa(testenv.FreePort(t))}
 	m.cmd = exec.Command(tuskBinary(t), "pooler", "--pgbouncer="+pgbouncer, "--config="+configPath, "--run-dir="+dir,
 		"--port="+strings.TrimPrefix(m.api, "https://localhost:"),
 		"--tls-cert="+writeFile(t, dir, "api.crt", api.CertPEM), "--tls-key="+writeFile(t, dir, "api.key", api.KeyPEM),
-		"--client-ca="+writeFile(t, dir, "client-ca.crt", p.ca.CertPEM), "--shutdown-timeout=20s")
+		"--client-ca="+writeFile(t, dir, "client-ca.crt", p.ca.CertPEM), "--shutdown-timeout=20s",
+		// The auth certificate poolerConfig writes, as the pod's flag names
+		// the mounted Secret's.
+		"--auth-cert="+filepath.Join(dir, "auth.crt"))
 	m.cmd.Stdout, m.cmd.Stderr = m, m
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: pgUser, Setpgid: true}
 	if err := m.cmd.Start(); err != nil {

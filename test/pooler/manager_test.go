@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -53,6 +54,22 @@ func TestManagerAPIRequiresTheOperatorsCertificate(t *testing.T) {
 		code, body, err := m.request(context.Background(), tt.client, tt.method, tt.path, nil)
 		if err != nil || code != tt.want {
 			t.Errorf("%s: %d %s (%v), want %d", tt.name, code, body, err, tt.want)
+		}
+	}
+	// The scrape reports when the certificates of the files the flags
+	// name end.
+	scrape := m.metrics(t)
+	for name, file := range map[string]string{"server": "api.crt", "auth": "auth.crt"} {
+		data, err := os.ReadFile(filepath.Join(m.dir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, err := pki.ParseCertificate(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := hasSample(scrape, `tusk_pooler_certificate_expiry_timestamp_seconds{certificate="`+name+`"}`, float64(cert.NotAfter.Unix())); err != nil {
+			t.Errorf("the %s certificate's expiry: %v", name, err)
 		}
 	}
 	var st poolerapi.Status
@@ -150,6 +167,7 @@ func TestManagerPausesAndResumesUnderLoad(t *testing.T) {
 		!strings.Contains(scrape, `tusk_pooler_transactions_total{database="app"}`) {
 		t.Errorf("the scrape has not the application's pool:\n%s", scrape)
 	}
+	checkScrapeIsTheCatalogue(t, scrape)
 }
 
 func waitAcked(t *testing.T, w *workload, n int64) {
