@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -52,7 +53,25 @@ type Config struct {
 	// Parameters are the user's other PgBouncer settings; the ones Tusk
 	// sets itself (ReservedParameters) are refused.
 	Parameters map[string]string
+	// Peers are the PgBouncer processes of the same pooler, the [peers]
+	// section: a cancel request that reaches a process other than the one
+	// holding the query is forwarded to the peer whose id its key holds.
+	// Each process's own peer_id is not here (the file is the same for
+	// every pod): PeerINI sets it.
+	Peers []Peer
 }
+
+// Peer is one PgBouncer process of a pooler: its peer_id and where it
+// listens.
+type Peer struct {
+	ID   int
+	Host string
+	Port int
+}
+
+// MaxPeerID is the largest peer_id PgBouncer accepts (the id is held in
+// 14 bits of the cancel keys it hands out).
+const MaxPeerID = 16383
 
 // PoolSizes are PgBouncer's pool limits; zero leaves PgBouncer's default.
 type PoolSizes struct {
@@ -130,7 +149,32 @@ func (c Config) Validate() error {
 	if c.ClientTLS.CertFile == "" || c.ClientTLS.KeyFile == "" || c.ClientTLS.CAFile == "" {
 		errs = append(errs, errors.New("client TLS needs the pooler's server certificate and key, and a CA"))
 	}
-	return errors.Join(append(errs, ValidateParameters(c.Parameters))...)
+	return errors.Join(append(append(errs, validatePeers(c.Peers)...), ValidateParameters(c.Parameters))...)
+}
+
+func validatePeers(peers []Peer) []error {
+	var errs []error
+	seen := map[int]bool{}
+	for _, p := range peers {
+		if err := validatePeerID(p.ID); err != nil {
+			errs = append(errs, err)
+		}
+		if seen[p.ID] {
+			errs = append(errs, fmt.Errorf("peer %d is listed twice", p.ID))
+		}
+		seen[p.ID] = true
+		if !hostPattern.MatchString(p.Host) || p.Port < 1 || p.Port > 65535 {
+			errs = append(errs, fmt.Errorf("peer %d at %q port %d: want a DNS name or an IP address and a port", p.ID, p.Host, p.Port))
+		}
+	}
+	return errs
+}
+
+func validatePeerID(id int) error {
+	if id < 1 || id > MaxPeerID {
+		return fmt.Errorf("peer id %d: want 1 to %d", id, MaxPeerID)
+	}
+	return nil
 }
 
 // ValidateParameters refuses the reserved parameters (naming them and
@@ -169,7 +213,30 @@ func INI(c Config) (string, error) {
 	for _, name := range slices.Sorted(maps.Keys(c.Parameters)) {
 		fmt.Fprintf(&b, "%s = %s\n", name, c.Parameters[name])
 	}
+	if len(c.Peers) > 0 {
+		b.WriteString("\n[peers]\n")
+		for _, p := range c.Peers {
+			fmt.Fprintf(&b, "%d = host=%s port=%d\n", p.ID, p.Host, p.Port)
+		}
+	}
 	return b.String(), nil
+}
+
+// PeerINI is the configuration one PgBouncer process runs on: the file at
+// include (INI's, shared by every process of the pooler) and this
+// process's peer_id. PgBouncer reads %include in place, and a section
+// named again adds to it, so a RELOAD reads the included file afresh and
+// the peer_id stays. include must be an absolute path: PgBouncer opens it
+// relative to its working directory.
+func PeerINI(include string, peerID int) (string, error) {
+	if err := validatePeerID(peerID); err != nil {
+		return "", fmt.Errorf("while building PgBouncer's peer configuration: %w", err)
+	}
+	if !filepath.IsAbs(include) || strings.ContainsFunc(include, isControl) {
+		return "", fmt.Errorf("while building PgBouncer's peer configuration: the included file %q is not an absolute path", include)
+	}
+	return fmt.Sprintf("; Written by tusk pooler: this process's peer_id, then the pooler's configuration.\n"+
+		"%%include %s\n\n[pgbouncer]\npeer_id = %d\n", include, peerID), nil
 }
 
 // settings are Tusk's own lines of the [pgbouncer] section, in order.

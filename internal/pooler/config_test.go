@@ -49,6 +49,9 @@ func TestINIGolden(t *testing.T) {
 			c.Pools = PoolSizes{DefaultPoolSize: 20, MinPoolSize: 2, ReservePoolSize: 5, MaxClientConn: 1000, MaxDBConnections: 50}
 			c.Parameters = map[string]string{"server_idle_timeout": "30", "ignore_startup_parameters": "extra_float_digits,options"}
 		},
+		"peers": func(c *Config) {
+			c.Peers = []Peer{{ID: 1, Host: "pool-0.pool-peers.tenant.svc", Port: 5432}, {ID: 2, Host: "pool-1.pool-peers.tenant.svc", Port: 5432}}
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := validConfig()
@@ -81,6 +84,13 @@ func TestINIRefusesWithAReason(t *testing.T) {
 		"no auth role":  {func(c *Config) { c.AuthRole = "" }, []string{"the auth role and its database are required"}},
 		"no server TLS": {func(c *Config) { c.ServerTLS.CAFile = "" }, []string{"server TLS needs the cluster's CA"}},
 		"no client TLS": {func(c *Config) { c.ClientTLS.KeyFile = "" }, []string{"client TLS needs the pooler's server certificate"}},
+		"a [peers] section by a parameter": {func(c *Config) { c.Parameters = map[string]string{"x": "1\n[peers]\n1 = host=evil"} },
+			[]string{`"x": its value has a line break`}},
+		"peer ids out of range or twice": {func(c *Config) {
+			c.Peers = []Peer{{ID: 0, Host: "a", Port: 1}, {ID: 16384, Host: "b", Port: 1}, {ID: 3, Host: "c", Port: 1}, {ID: 3, Host: "d", Port: 1}}
+		}, []string{"peer id 0: want 1 to 16383", "peer id 16384: want 1 to 16383", "peer 3 is listed twice"}},
+		"a peer host to be quoted": {func(c *Config) { c.Peers = []Peer{{ID: 1, Host: "a port=1", Port: 5432}} },
+			[]string{`peer 1 at "a port=1" port 5432: want a DNS name`}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := validConfig()
@@ -100,4 +110,28 @@ func TestINIRefusesWithAReason(t *testing.T) {
 
 func TestAuthFunctionSQLGolden(t *testing.T) {
 	golden(t, "auth-function.sql", strings.Join(AuthFunctionSQL(`pooler "auth"`), ";\n")+";\n")
+}
+
+func TestPeerINI(t *testing.T) {
+	ini, err := PeerINI("/etc/tusk/pooler/pgbouncer.ini", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "peer.ini", ini)
+	for name, tc := range map[string]struct {
+		include string
+		id      int
+		want    string
+	}{
+		"no peer id":          {"/etc/pgbouncer.ini", 0, "peer id 0: want 1 to 16383"},
+		"a peer id too large": {"/etc/pgbouncer.ini", MaxPeerID + 1, "peer id 16384: want 1 to 16383"},
+		"a relative path":     {"pgbouncer.ini", 1, `"pgbouncer.ini" is not an absolute path`},
+		"a line break":        {"/etc/x.ini\n[pgbouncer]", 1, "is not an absolute path"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if ini, err := PeerINI(tc.include, tc.id); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("PeerINI(%q, %d) = %q, %v; want an error saying %q", tc.include, tc.id, ini, err, tc.want)
+			}
+		})
+	}
 }
