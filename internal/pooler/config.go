@@ -197,7 +197,8 @@ func ValidateParameters(params map[string]string) error {
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
-// INI renders c as pgbouncer.ini, or says why it cannot.
+// INI renders c as pgbouncer.ini, or says why it cannot. The [pgbouncer]
+// section comes last, so that PeerINI's file can add to it (see there).
 func INI(c Config) (string, error) {
 	if err := c.Validate(); err != nil {
 		return "", fmt.Errorf("while building the PgBouncer configuration: %w", err)
@@ -206,28 +207,35 @@ func INI(c Config) (string, error) {
 	b.WriteString("; Written by Tusk: changes here are overwritten.\n")
 	// Every database name goes to the one server; PgBouncer keeps a pool
 	// per database and user.
-	fmt.Fprintf(&b, "[databases]\n* = host=%s port=%d\n\n[pgbouncer]\n", c.ServerHost, c.ServerPort)
+	fmt.Fprintf(&b, "[databases]\n* = host=%s port=%d\n\n", c.ServerHost, c.ServerPort)
+	if len(c.Peers) > 0 {
+		b.WriteString("[peers]\n")
+		for _, p := range c.Peers {
+			fmt.Fprintf(&b, "%d = host=%s port=%d\n", p.ID, p.Host, p.Port)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("[pgbouncer]\n")
 	for _, kv := range c.settings() {
 		fmt.Fprintf(&b, "%s = %s\n", kv[0], kv[1])
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Parameters)) {
 		fmt.Fprintf(&b, "%s = %s\n", name, c.Parameters[name])
 	}
-	if len(c.Peers) > 0 {
-		b.WriteString("\n[peers]\n")
-		for _, p := range c.Peers {
-			fmt.Fprintf(&b, "%d = host=%s port=%d\n", p.ID, p.Host, p.Port)
-		}
-	}
 	return b.String(), nil
 }
 
 // PeerINI is the configuration one PgBouncer process runs on: the file at
 // include (INI's, shared by every process of the pooler) and this
-// process's peer_id. PgBouncer reads %include in place, and a section
-// named again adds to it, so a RELOAD reads the included file afresh and
-// the peer_id stays. include must be an absolute path: PgBouncer opens it
-// relative to its working directory.
+// process's peer_id. PgBouncer reads %include in place and stays in the
+// section the included file ended in, INI's [pgbouncer], so peer_id joins
+// it; a RELOAD reads the included file afresh and peer_id stays (both
+// tested against PgBouncer 1.24). The file must not name [pgbouncer]
+// again: PgBouncer's parser sets every setting of a section to its
+// default at each header of it, so a second [pgbouncer] would undo the
+// included one (PgBouncer would listen on its default port, unix socket
+// only). include must be an absolute path: PgBouncer opens it relative to
+// its working directory.
 func PeerINI(include string, peerID int) (string, error) {
 	if err := validatePeerID(peerID); err != nil {
 		return "", fmt.Errorf("while building PgBouncer's peer configuration: %w", err)
@@ -235,8 +243,22 @@ func PeerINI(include string, peerID int) (string, error) {
 	if !filepath.IsAbs(include) || strings.ContainsFunc(include, isControl) {
 		return "", fmt.Errorf("while building PgBouncer's peer configuration: the included file %q is not an absolute path", include)
 	}
-	return fmt.Sprintf("; Written by tusk pooler: this process's peer_id, then the pooler's configuration.\n"+
-		"%%include %s\n\n[pgbouncer]\npeer_id = %d\n", include, peerID), nil
+	return fmt.Sprintf("; Written by tusk pooler: the pooler's configuration, which ends in its [pgbouncer] section,\n"+
+		"; and this process's peer_id in that section (a [pgbouncer] header here would reset it).\n"+
+		"%%include %s\npeer_id = %d\n", include, peerID), nil
+}
+
+// PeerIDFromPodName is the peer_id of the pod named name: its
+// StatefulSet ordinal (the name's last dash-separated part) plus one, as
+// the [peers] section the operator writes numbers them. An error when the
+// name ends in no ordinal (not a StatefulSet's pod).
+func PeerIDFromPodName(name string) (int, error) {
+	i := strings.LastIndexByte(name, '-')
+	ordinal, err := strconv.Atoi(name[i+1:])
+	if i < 0 || err != nil || ordinal < 0 || ordinal >= MaxPeerID || strconv.Itoa(ordinal) != name[i+1:] {
+		return 0, fmt.Errorf("the pod name %q does not end in a StatefulSet ordinal", name)
+	}
+	return ordinal + 1, nil
 }
 
 // settings are Tusk's own lines of the [pgbouncer] section, in order.

@@ -61,6 +61,10 @@ func TestINIGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			golden(t, name+".ini", ini)
+			// PeerINI's peer_id joins the section the file ends in.
+			if last := strings.LastIndex(ini, "\n["); ini[last+1:last+13] != "[pgbouncer]\n" {
+				t.Errorf("the file's last section is %q, want [pgbouncer]", ini[last+1:strings.Index(ini[last+1:], "\n")+last+1])
+			}
 		})
 	}
 }
@@ -133,5 +137,20 @@ func TestPeerINI(t *testing.T) {
 				t.Errorf("PeerINI(%q, %d) = %q, %v; want an error saying %q", tc.include, tc.id, ini, err, tc.want)
 			}
 		})
+	}
+}
+
+func TestPeerIDFromPodName(t *testing.T) {
+	for name, want := range map[string]int{"pool-0": 1, "pool-1": 2, "my-pool-31": 32, "a-16382": 16383} {
+		if got, err := PeerIDFromPodName(name); err != nil || got != want {
+			t.Errorf("PeerIDFromPodName(%q) = %d, %v; want %d", name, got, err, want)
+		}
+	}
+	// A Deployment's pod, a machine's hostname, an ordinal PgBouncer
+	// cannot hold, a sign or leading zero no StatefulSet writes.
+	for _, name := range []string{"pool-7c9f8d-x2k4q", "vm", "7", "pool-", "pool-16383", "pool-01", "pool-+1"} {
+		if got, err := PeerIDFromPodName(name); err == nil {
+			t.Errorf("PeerIDFromPodName(%q) = %d; want an error", name, got)
+		}
 	}
 }
