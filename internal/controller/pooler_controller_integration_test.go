@@ -280,6 +280,8 @@ func TestPoolerRefusals(t *testing.T) {
 	create(t, foreign)
 	create(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "held", Namespace: ns},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 5432}}}})
+	create(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "named-peers", Namespace: ns},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 5432}}}})
 	cases := []struct {
 		pooler *tuskv1alpha1.PostgresPooler
 		reason string
@@ -291,6 +293,7 @@ func TestPoolerRefusals(t *testing.T) {
 		{newPooler(ns, "solo-probe", "pg"), tuskv1alpha1.ReasonNameCollision},
 		{newPooler(ns, "taken", "pg"), tuskv1alpha1.ReasonObjectNotOwned},
 		{newPooler(ns, "held", "pg"), tuskv1alpha1.ReasonObjectNotOwned},
+		{newPooler(ns, "named", "pg"), tuskv1alpha1.ReasonObjectNotOwned},
 	}
 	for _, tc := range cases {
 		create(t, tc.pooler)
