@@ -11,15 +11,17 @@ import (
 	"github.com/spf13/cobra"
 
 	"tusk.dev/tusk/internal/instance/supervisor"
+	"tusk.dev/tusk/internal/pooler"
 	"tusk.dev/tusk/internal/poolerapi"
 	"tusk.dev/tusk/internal/poolermanager"
 )
 
 // newPoolerCommand is `tusk pooler`, PID 1 of every pooler pod: the
-// Deployment the operator builds passes these flags.
+// StatefulSet the operator builds passes these flags.
 func newPoolerCommand() *cobra.Command {
 	var opts poolermanager.Options
 	var port int
+	var podName string
 	cmd := &cobra.Command{
 		Use:   "pooler",
 		Short: "The pooler manager, PID 1 of every PgBouncer pod",
@@ -35,12 +37,20 @@ func newPoolerCommand() *cobra.Command {
 	fl.StringVar(&opts.ClientCA, "client-ca", "/etc/tusk/pooler-tls/client-ca.crt", "the CA the operator's client certificate is checked against")
 	fl.StringVar(&opts.AuthCert, "auth-cert", "/etc/tusk/pooler-auth-tls/tls.crt",
 		"the auth role's client certificate PgBouncer presents to PostgreSQL (read for its expiry metric only)")
+	hostname, _ := os.Hostname()
+	fl.StringVar(&podName, "pod-name", hostname, "the pod's name (a StatefulSet's pod's is its hostname): its ordinal + 1 is PgBouncer's "+
+		"peer_id; a name without an ordinal runs PgBouncer without one")
 	fl.DurationVar(&opts.ShutdownTimeout, "shutdown-timeout", poolermanager.DefaultShutdownTimeout,
 		"on SIGTERM, how long PgBouncer may wait for transactions in flight before it stops at once")
 	buildLog := logFlags(fl)
 	cmd.RunE = func(*cobra.Command, []string) error {
 		opts.Addr = net.JoinHostPort("", strconv.Itoa(port))
 		log := buildLog().WithName("pooler")
+		if id, err := pooler.PeerIDFromPodName(podName); err == nil {
+			opts.PeerID = id
+		} else {
+			log.Info("Running PgBouncer without a peer_id: cancel requests are not forwarded to the other pods", "reason", err.Error())
+		}
 		m, err := poolermanager.New(opts, log)
 		if err != nil {
 			return err

@@ -41,7 +41,7 @@ const PoolerStatusOwner = "tusk-pooler-status"
 // PoolerReconciler runs the PgBouncer pods of PostgresPoolers: it refuses
 // what cannot work, issues the pooler's certificates from its cluster's
 // CAs, applies the objects pooler_objects.go builds, and reports the
-// Deployment's readiness.
+// StatefulSet's readiness.
 type PoolerReconciler struct {
 	client.Client
 	Config   Config
@@ -55,7 +55,8 @@ type PoolerReconciler struct {
 // +kubebuilder:rbac:groups=tusk.dev,resources=postgrespoolers/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=tusk.dev,resources=postgrespoolers/finalizers,verbs=update
 // +kubebuilder:rbac:groups=tusk.dev,resources=postgresclusters,verbs=get;list;watch
-// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps;secrets;services,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -101,12 +102,19 @@ func (r *PoolerReconciler) reconcilePooler(ctx context.Context, p *tuskv1alpha1.
 	if err != nil {
 		return err
 	}
-	d := poolerDeployment(p, r.Config.PoolerImage, r.Config.InstanceManagerImage, inputs)
-	if err := r.applyObjects(ctx, p, d); err != nil {
+	sts := poolerStatefulSet(p, r.Config.PoolerImage, r.Config.InstanceManagerImage, inputs)
+	if err := r.applyObjects(ctx, p, sts); err != nil {
 		return err
 	}
 	r.announce(p)
-	return r.observe(ctx, p)
+	settled, err := r.observe(ctx, p)
+	if err != nil || !settled {
+		return err
+	}
+	// An earlier Tusk ran the pods as a Deployment of p's name: it goes
+	// once the StatefulSet's pods are all ready, so clients always have
+	// pods to go to.
+	return r.deleteOwned(ctx, p, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}})
 }
 
 // cluster is p's PostgresCluster; a spec error while it does not exist
@@ -146,15 +154,18 @@ func (r *PoolerReconciler) refusals(ctx context.Context, p *tuskv1alpha1.Postgre
 // of a name it needs exists that p does not control: applyOwned would
 // refuse it too, but only after making the objects applied before it. The
 // objects are read from the API server (the cache holds only Tusk's), so
-// only until p's Deployment is there.
+// only until p's StatefulSet is there. (A Deployment of p's name is not
+// one of them: an earlier Tusk's, p's own, is deleted once the
+// StatefulSet is ready; anyone else's is left alone.)
 func (r *PoolerReconciler) refuseForeignObjects(ctx context.Context, p *tuskv1alpha1.PostgresPooler) error {
-	d := &appsv1.Deployment{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, d); err == nil && metav1.IsControlledBy(d, p) {
+	sts := &appsv1.StatefulSet{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, sts); err == nil && metav1.IsControlledBy(sts, p) {
 		return nil
 	}
-	objects := []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &policyv1.PodDisruptionBudget{},
+	objects := []client.Object{&appsv1.StatefulSet{}, &corev1.Service{}, &corev1.Service{}, &policyv1.PodDisruptionBudget{},
 		&corev1.ConfigMap{}, &corev1.Secret{}, &corev1.Secret{}}
-	names := []string{p.Name, p.Name, p.Name, poolerConfigMapName(p), poolerTLSSecretName(p), poolerAuthSecretName(p)}
+	names := []string{p.Name, p.Name, poolerPeersServiceName(p), p.Name, poolerConfigMapName(p), poolerTLSSecretName(p),
+		poolerAuthSecretName(p)}
 	for i, o := range objects {
 		err := r.api.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: names[i]}, o)
 		if apierrors.IsNotFound(err) {
@@ -216,11 +227,12 @@ func (r *PoolerReconciler) applyInputs(ctx context.Context, p *tuskv1alpha1.Post
 	return hashOf([]any{cm.Data, server.Data, auth.Data})
 }
 
-// applyObjects applies p's Deployment, Service and disruption budget (for
-// two pods or more: with one, a budget would block every drain).
-func (r *PoolerReconciler) applyObjects(ctx context.Context, p *tuskv1alpha1.PostgresPooler, d *appsv1.Deployment) error {
+// applyObjects applies p's StatefulSet, its Services (clients', and the
+// headless one that names each pod for the others) and disruption budget
+// (for two pods or more: with one, a budget would block every drain).
+func (r *PoolerReconciler) applyObjects(ctx context.Context, p *tuskv1alpha1.PostgresPooler, sts *appsv1.StatefulSet) error {
 	w := objectApplier{Client: r.Client, api: r.api}
-	for _, o := range []client.Object{d, poolerService(p)} {
+	for _, o := range []client.Object{poolerPeersService(p), sts, poolerService(p)} {
 		if err := w.applyOwned(ctx, p, o); err != nil {
 			return err
 		}
@@ -232,16 +244,23 @@ func (r *PoolerReconciler) applyObjects(ctx context.Context, p *tuskv1alpha1.Pos
 	return w.applyOwned(ctx, p, pdb)
 }
 
-// deleteOwned deletes obj when p controls it.
-func (r *PoolerReconciler) deleteOwned(ctx context.Context, p *tuskv1alpha1.PostgresPooler, obj *policyv1.PodDisruptionBudget) error {
+// deleteOwned deletes obj when p controls it: the budget of a pooler
+// scaled to one pod, the Deployment an earlier Tusk ran the pods with.
+func (r *PoolerReconciler) deleteOwned(ctx context.Context, p *tuskv1alpha1.PostgresPooler, obj client.Object) error {
 	err := r.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
-	if err != nil || !metav1.IsControlledBy(obj, p) {
-		return err
+	if err != nil {
+		return fmt.Errorf("while reading %s %s: %w", objectKind(obj), obj.GetName(), err)
 	}
-	return client.IgnoreNotFound(r.Delete(ctx, obj))
+	if !metav1.IsControlledBy(obj, p) {
+		return nil
+	}
+	if err := r.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("while deleting %s %s: %w", objectKind(obj), obj.GetName(), err)
+	}
+	return nil
 }
 
 // poolerCertificates are p's server certificate Secret (for its Service's
@@ -316,27 +335,29 @@ func (r *PoolerReconciler) clusterCAs(ctx context.Context, c *tuskv1alpha1.Postg
 	return serverCA, clientCA, nil
 }
 
-// observe reports p's Deployment: the pods it has and those ready, for
-// the scale subresource, and Ready.
-func (r *PoolerReconciler) observe(ctx context.Context, p *tuskv1alpha1.PostgresPooler) error {
-	d := &appsv1.Deployment{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, d); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("while reading the Deployment %s: %w", p.Name, err)
+// observe reports p's StatefulSet: the pods it has and those ready, for
+// the scale subresource, and Ready; settled when every pod of the current
+// spec is ready.
+func (r *PoolerReconciler) observe(ctx context.Context, p *tuskv1alpha1.PostgresPooler) (settled bool, err error) {
+	sts := &appsv1.StatefulSet{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, sts); client.IgnoreNotFound(err) != nil {
+		return false, fmt.Errorf("while reading the StatefulSet %s: %w", p.Name, err)
 	}
 	st := &p.Status
-	st.Instances, st.ReadyInstances = d.Status.Replicas, d.Status.ReadyReplicas
+	st.Instances, st.ReadyInstances = sts.Status.Replicas, sts.Status.ReadyReplicas
 	st.Selector = metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: poolerSelector(p)})
-	settled := d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas == p.Spec.Instances &&
-		d.Status.Replicas == p.Spec.Instances && d.Status.ReadyReplicas == p.Spec.Instances
+	settled = sts.Generation != 0 && sts.Status.ObservedGeneration >= sts.Generation &&
+		sts.Status.UpdatedReplicas == p.Spec.Instances && sts.Status.Replicas == p.Spec.Instances &&
+		sts.Status.ReadyReplicas == p.Spec.Instances
 	if settled {
 		setPoolerReady(p, metav1.ConditionTrue, tuskv1alpha1.ReasonPoolerReady,
 			fmt.Sprintf("%d of %d PgBouncer pods ready", st.ReadyInstances, p.Spec.Instances))
-		return nil
+		return true, nil
 	}
 	setPoolerReady(p, metav1.ConditionFalse, tuskv1alpha1.ReasonPodsNotReady,
 		fmt.Sprintf("%d of %d PgBouncer pods ready (%d exist, %d of the current spec)", st.ReadyInstances, p.Spec.Instances,
-			d.Status.Replicas, d.Status.UpdatedReplicas))
-	return nil
+			sts.Status.Replicas, sts.Status.UpdatedReplicas))
+	return false, nil
 }
 
 // refuse reports a spec error: Ready False with its reason and message,
@@ -358,7 +379,7 @@ func (r *PoolerReconciler) announce(p *tuskv1alpha1.PostgresPooler) {
 	case p.Generation:
 	case 0:
 		r.event(p, corev1.EventTypeNormal, tuskv1alpha1.ReasonPoolerCreated,
-			"Created the pooler's Deployment, Service and certificates for the PostgresCluster %s", p.Spec.Cluster.Name)
+			"Created the pooler's StatefulSet, Services and certificates for the PostgresCluster %s", p.Spec.Cluster.Name)
 	default:
 		r.event(p, corev1.EventTypeNormal, tuskv1alpha1.ReasonPoolerUpdated, "Applied generation %d of the spec", p.Generation)
 	}
@@ -405,7 +426,7 @@ func (r *PoolerReconciler) poolersOfCluster(ctx context.Context, o client.Object
 func (r *PoolerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&tuskv1alpha1.PostgresPooler{}).
-		Owns(&appsv1.Deployment{}).
+		Owns(&appsv1.StatefulSet{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.Secret{}).

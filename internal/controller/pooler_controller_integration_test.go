@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
 	"tusk.dev/tusk/internal/pooler"
@@ -84,11 +85,12 @@ func parseCert(t *testing.T, s *corev1.Secret, key string) *x509.Certificate {
 }
 
 // TestPoolerOnAClusterGetsItsObjects: a pooler on an existing cluster gets
-// its ConfigMap, Deployment (`tusk pooler` with the designed flags, the
-// two Secrets mounted), Service, budget and certificates (the server's
-// for the Service's names under the cluster's CA, the auth role's from
-// the client CA), all controlled by the pooler; it is Ready once the
-// Deployment's pods are, and the scale subresource scales the Deployment.
+// its ConfigMap, StatefulSet (`tusk pooler` with the designed flags, the
+// two Secrets mounted, named by the headless Service), Services, budget
+// and certificates (the server's for the Service's names under the
+// cluster's CA, the auth role's from the client CA), all controlled by
+// the pooler; it is Ready once the StatefulSet's pods are, and the scale
+// subresource scales the StatefulSet.
 func TestPoolerOnAClusterGetsItsObjects(t *testing.T) {
 	ns := newNamespace(t)
 	cluster := newCluster(ns)
@@ -100,17 +102,24 @@ func TestPoolerOnAClusterGetsItsObjects(t *testing.T) {
 
 	cm := get(t, ns, "pg-pooler-config", &corev1.ConfigMap{})
 	checkOwnedByPooler(t, cm, p)
-	d := get(t, ns, "pg-pooler", &appsv1.Deployment{})
+	d := get(t, ns, "pg-pooler", &appsv1.StatefulSet{})
 	checkOwnedByPooler(t, d, p)
 	checkPoolerPods(t, d)
 	checkOwnedByPooler(t, get(t, ns, "pg-pooler", &corev1.Service{}), p)
+	peers := get(t, ns, "pg-pooler-peers", &corev1.Service{})
+	checkOwnedByPooler(t, peers, p)
+	if peers.Spec.ClusterIP != corev1.ClusterIPNone || !peers.Spec.PublishNotReadyAddresses || d.Spec.ServiceName != peers.Name ||
+		d.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
+		t.Errorf("the peers' Service: clusterIP %q, not ready addresses published %v; the StatefulSet's Service %q, pod management %s",
+			peers.Spec.ClusterIP, peers.Spec.PublishNotReadyAddresses, d.Spec.ServiceName, d.Spec.PodManagementPolicy)
+	}
 	checkOwnedByPooler(t, get(t, ns, "pg-pooler", &policyv1.PodDisruptionBudget{}), p)
 	checkPoolerCertificates(t, c, p)
 	waitForEvent(t, ns, tuskv1alpha1.ReasonPoolerCreated, "pg")
 
-	// The Deployment's pods become ready (as kube-controller-manager
+	// The StatefulSet's pods become ready (as kube-controller-manager
 	// would report them): the pooler is Ready.
-	d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 2, AvailableReplicas: 2}
+	d.Status = appsv1.StatefulSetStatus{ObservedGeneration: d.Generation, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 2, AvailableReplicas: 2}
 	if err := env.Client.Status().Update(t.Context(), d); err != nil {
 		t.Fatal(err)
 	}
@@ -133,23 +142,31 @@ func TestPoolerOnAClusterGetsItsObjects(t *testing.T) {
 			return err
 		}
 		if d.Spec.Replicas == nil || *d.Spec.Replicas != 4 {
-			return fmt.Errorf("the Deployment asks for %v pods, want 4", d.Spec.Replicas)
+			return fmt.Errorf("the StatefulSet asks for %v pods, want 4", d.Spec.Replicas)
 		}
 		return nil
 	})
-	poolerWhen(t, p, poolerReady(metav1.ConditionFalse, tuskv1alpha1.ReasonPodsNotReady))
+	p = poolerWhen(t, p, poolerReady(metav1.ConditionFalse, tuskv1alpha1.ReasonPodsNotReady))
 	waitForEvent(t, ns, tuskv1alpha1.ReasonPoolerUpdated, "generation 2")
+	scale = &autoscalingv1.Scale{}
+	if err := env.Client.SubResource("scale").Get(t.Context(), p, scale); err != nil {
+		t.Fatal(err)
+	}
+	if scale.Spec.Replicas != 4 || scale.Status.Replicas != 2 || scale.Status.Selector != LabelPooler+"=pg-pooler" {
+		t.Errorf("the scale subresource: %+v, want 4 asked for, 2 ready, the pods' selector", scale)
+	}
 }
 
 // checkPoolerSettled: a pass over a settled pooler (woken by a pod that
 // stops being ready) changes none of its objects: the certificates are
-// kept, not issued again, and the Deployment's spec is the same. (An
+// kept, not issued again, and the StatefulSet's spec is the same. (An
 // update that changes nothing leaves the resourceVersion as it was, so
 // this does not tell whether the pass sent one.)
-func checkPoolerSettled(t *testing.T, p *tuskv1alpha1.PostgresPooler, d *appsv1.Deployment) {
+func checkPoolerSettled(t *testing.T, p *tuskv1alpha1.PostgresPooler, d *appsv1.StatefulSet) {
 	t.Helper()
-	objects := []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}, &corev1.Secret{}, &corev1.Service{}, &policyv1.PodDisruptionBudget{}, &appsv1.Deployment{}}
-	names := []string{"pg-pooler-config", "pg-pooler-tls", "pg-pooler-auth-tls", "pg-pooler", "pg-pooler", "pg-pooler"}
+	objects := []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}, &corev1.Secret{}, &corev1.Service{}, &corev1.Service{},
+		&policyv1.PodDisruptionBudget{}, &appsv1.StatefulSet{}}
+	names := []string{"pg-pooler-config", "pg-pooler-tls", "pg-pooler-auth-tls", "pg-pooler", "pg-pooler-peers", "pg-pooler", "pg-pooler"}
 	before := map[string]string{}
 	for i, o := range objects {
 		before[fmt.Sprintf("%T %s", o, names[i])] = get(t, p.Namespace, names[i], o).GetResourceVersion()
@@ -172,11 +189,11 @@ func checkPoolerSettled(t *testing.T, p *tuskv1alpha1.PostgresPooler, d *appsv1.
 		if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: p.Namespace, Name: names[i]}, o); err != nil {
 			t.Fatal(err)
 		}
-		if _, isDeployment := o.(*appsv1.Deployment); !isDeployment && o.GetResourceVersion() != before[key] {
+		if _, isStatefulSet := o.(*appsv1.StatefulSet); !isStatefulSet && o.GetResourceVersion() != before[key] {
 			t.Errorf("%s was written again by a pass that changed nothing", key)
 		}
-		if got, ok := o.(*appsv1.Deployment); ok && got.Generation != d.Generation {
-			t.Errorf("the Deployment's spec was written again (generation %d, was %d)", got.Generation, d.Generation)
+		if got, ok := o.(*appsv1.StatefulSet); ok && got.Generation != d.Generation {
+			t.Errorf("the StatefulSet's spec was written again (generation %d, was %d)", got.Generation, d.Generation)
 		}
 	}
 	d.Status.ReadyReplicas, d.Status.AvailableReplicas = 2, 2
@@ -186,8 +203,8 @@ func checkPoolerSettled(t *testing.T, p *tuskv1alpha1.PostgresPooler, d *appsv1.
 	poolerWhen(t, p, poolerReady(metav1.ConditionTrue, tuskv1alpha1.ReasonPoolerReady))
 }
 
-// checkPoolerPods checks the Deployment runs `tusk pooler` as designed.
-func checkPoolerPods(t *testing.T, d *appsv1.Deployment) {
+// checkPoolerPods checks the StatefulSet runs `tusk pooler` as designed.
+func checkPoolerPods(t *testing.T, d *appsv1.StatefulSet) {
 	t.Helper()
 	spec := d.Spec.Template.Spec
 	if len(spec.Containers) != 1 || len(spec.InitContainers) != 1 {
@@ -263,6 +280,8 @@ func TestPoolerRefusals(t *testing.T) {
 	create(t, foreign)
 	create(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "held", Namespace: ns},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 5432}}}})
+	create(t, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "named-peers", Namespace: ns},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 5432}}}})
 	cases := []struct {
 		pooler *tuskv1alpha1.PostgresPooler
 		reason string
@@ -274,6 +293,7 @@ func TestPoolerRefusals(t *testing.T) {
 		{newPooler(ns, "solo-probe", "pg"), tuskv1alpha1.ReasonNameCollision},
 		{newPooler(ns, "taken", "pg"), tuskv1alpha1.ReasonObjectNotOwned},
 		{newPooler(ns, "held", "pg"), tuskv1alpha1.ReasonObjectNotOwned},
+		{newPooler(ns, "named", "pg"), tuskv1alpha1.ReasonObjectNotOwned},
 	}
 	for _, tc := range cases {
 		create(t, tc.pooler)
@@ -283,7 +303,7 @@ func TestPoolerRefusals(t *testing.T) {
 		msg := meta.FindStatusCondition(p.Status.Conditions, tuskv1alpha1.ConditionReady).Message
 		t.Logf("%s: %s", p.Name, msg)
 		waitForEvent(t, ns, tc.reason, msg)
-		for _, o := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &corev1.Secret{}, &corev1.ConfigMap{}} {
+		for _, o := range []client.Object{&appsv1.StatefulSet{}, &corev1.Service{}, &corev1.Secret{}, &corev1.ConfigMap{}} {
 			for _, name := range poolerObjectNames(p) {
 				err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, o)
 				if err == nil && metav1.IsControlledBy(o, p) {
@@ -313,7 +333,8 @@ func TestPoolerWaitsForItsCluster(t *testing.T) {
 	p = poolerWhen(t, p, poolerReady(metav1.ConditionFalse, tuskv1alpha1.ReasonClusterNotFound))
 	create(t, newCluster(ns))
 	p = poolerWhen(t, p, poolerReady(metav1.ConditionFalse, tuskv1alpha1.ReasonPodsNotReady))
-	owned := []client.Object{get(t, ns, "early", &appsv1.Deployment{}), get(t, ns, "early", &corev1.Service{}),
+	owned := []client.Object{get(t, ns, "early", &appsv1.StatefulSet{}), get(t, ns, "early", &corev1.Service{}),
+		get(t, ns, "early-peers", &corev1.Service{}),
 		get(t, ns, "early-config", &corev1.ConfigMap{}), get(t, ns, "early-tls", &corev1.Secret{}), get(t, ns, "early-auth-tls", &corev1.Secret{})}
 	for _, o := range owned {
 		checkOwnedByPooler(t, o, p)
@@ -330,5 +351,53 @@ func TestPoolerWaitsForItsCluster(t *testing.T) {
 			return nil
 		}
 		return errors.Join(errors.New("the pooler is still there"), err)
+	})
+}
+
+// TestPoolerReplacesAnEarlierTusksDeployment: a pooler an earlier Tusk
+// ran as a Deployment gets its StatefulSet beside it; the Deployment (the
+// pooler's own) is deleted once the StatefulSet's pods are ready, not
+// before: clients keep a pod to go to. A Deployment of another pooler's
+// name that the pooler does not control is left alone.
+func TestPoolerReplacesAnEarlierTusksDeployment(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newCluster(ns))
+	p := newPooler(ns, "old", "pg")
+	create(t, p)
+	p = poolerWhen(t, p, poolerReady(metav1.ConditionFalse, tuskv1alpha1.ReasonPodsNotReady))
+	sts := get(t, ns, "old", &appsv1.StatefulSet{})
+	// The earlier Tusk's Deployment, made with the pooler as controller.
+	old := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "old", Namespace: ns, Labels: poolerLabels(p)},
+		Spec:       appsv1.DeploymentSpec{Selector: sts.Spec.Selector, Template: *sts.Spec.Template.DeepCopy()},
+	}
+	if err := controllerutil.SetControllerReference(p, old, env.Client.Scheme()); err != nil {
+		t.Fatal(err)
+	}
+	create(t, old)
+	// A pass while the StatefulSet has no ready pod keeps the Deployment.
+	sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: sts.Generation, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 1}
+	if err := env.Client.Status().Update(t.Context(), sts); err != nil {
+		t.Fatal(err)
+	}
+	poolerWhen(t, p, func(p *tuskv1alpha1.PostgresPooler) error {
+		if p.Status.ReadyInstances != 1 {
+			return fmt.Errorf("%d ready instances, want 1", p.Status.ReadyInstances)
+		}
+		return nil
+	})
+	get(t, ns, "old", &appsv1.Deployment{})
+
+	sts.Status.ReadyReplicas, sts.Status.AvailableReplicas = 2, 2
+	if err := env.Client.Status().Update(t.Context(), sts); err != nil {
+		t.Fatal(err)
+	}
+	poolerWhen(t, p, poolerReady(metav1.ConditionTrue, tuskv1alpha1.ReasonPoolerReady))
+	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(old), &appsv1.Deployment{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return errors.Join(errors.New("the earlier Tusk's Deployment is still there"), err)
 	})
 }

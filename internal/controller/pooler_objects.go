@@ -57,10 +57,31 @@ func poolerConfigMapName(p *tuskv1alpha1.PostgresPooler) string  { return p.Name
 func poolerTLSSecretName(p *tuskv1alpha1.PostgresPooler) string  { return p.Name + "-tls" }
 func poolerAuthSecretName(p *tuskv1alpha1.PostgresPooler) string { return p.Name + "-auth-tls" }
 
+// poolerPeersServiceName is the headless Service that names each pod of
+// p: <pod>.<pooler>-peers.<ns>.svc.
+func poolerPeersServiceName(p *tuskv1alpha1.PostgresPooler) string { return p.Name + "-peers" }
+
 // poolerObjectNames are the names of every object p makes (one name for
-// its Deployment, Service and budget): none may be a cluster's.
+// its StatefulSet, Service and budget): none may be a cluster's.
 func poolerObjectNames(p *tuskv1alpha1.PostgresPooler) []string {
-	return []string{p.Name, poolerConfigMapName(p), poolerTLSSecretName(p), poolerAuthSecretName(p)}
+	return []string{p.Name, poolerPeersServiceName(p), poolerConfigMapName(p), poolerTLSSecretName(p), poolerAuthSecretName(p)}
+}
+
+// poolerMaxPeers is how many pods the [peers] section names, the most a
+// pooler may have (the CRD's maximum of spec.instances): scaling changes
+// no configuration, so it rolls no pod.
+const poolerMaxPeers = 32
+
+// poolerPeers are the PgBouncer processes of p's pods, by peer_id
+// (ordinal + 1): every pod the StatefulSet may have, whether it runs.
+// A cancel request for a pod that does not run is forwarded nowhere.
+func poolerPeers(p *tuskv1alpha1.PostgresPooler) []pooler.Peer {
+	peers := make([]pooler.Peer, poolerMaxPeers)
+	for i := range peers {
+		peers[i] = pooler.Peer{ID: i + 1, Port: postgresPort,
+			Host: fmt.Sprintf("%s-%d.%s.%s.svc", p.Name, i, poolerPeersServiceName(p), p.Namespace)}
+	}
+	return peers
 }
 
 // LabelPoolerOf names the cluster a pooler's pods connect to: its
@@ -121,6 +142,7 @@ func poolerConfig(p *tuskv1alpha1.PostgresPooler) pooler.Config {
 		ClientTLS: pooler.ClientTLS{CertFile: path.Join(poolerTLSMount, corev1.TLSCertKey), CAFile: path.Join(poolerTLSMount, keyCACert),
 			KeyFile: path.Join(poolerTLSMount, corev1.TLSPrivateKeyKey), Required: p.Spec.ClientTLS.Required},
 		Parameters: params,
+		Peers:      poolerPeers(p),
 	}
 }
 
@@ -138,24 +160,29 @@ func poolerConfigMap(p *tuskv1alpha1.PostgresPooler) (*corev1.ConfigMap, error) 
 	}, nil
 }
 
-// poolerDeployment runs p's pods: `tusk pooler` (copied from
+// poolerStatefulSet runs p's pods: `tusk pooler` (copied from
 // managerImage, as the PostgreSQL pods do) supervising PgBouncer (image).
-// A rolling update adds a new pod before it removes an old one, so
-// capacity never drops; inputsHash (the configuration and certificates)
-// in the pod template rolls the pods when they change.
-func poolerDeployment(p *tuskv1alpha1.PostgresPooler, image, managerImage, inputsHash string) *appsv1.Deployment {
-	zero, one := intstr.FromInt32(0), intstr.FromInt32(1)
+// A StatefulSet, so each pod has a stable name, hence a peer_id (its
+// ordinal + 1) and an address (through poolerPeersService) the other
+// pods' [peers] section names. Pods start and stop in parallel: no pod
+// waits for another. A rolling update replaces one pod at a time,
+// newest ordinal first, the next only once the new one is ready;
+// inputsHash (the configuration and certificates) in the pod template
+// rolls the pods when they change.
+func poolerStatefulSet(p *tuskv1alpha1.PostgresPooler, image, managerImage, inputsHash string) *appsv1.StatefulSet {
 	annotations := map[string]string{AnnotationPoolerInputs: inputsHash}
 	for k, v := range prometheusAnnotations {
 		annotations[k] = v
 	}
-	return &appsv1.Deployment{
+	return &appsv1.StatefulSet{
 		ObjectMeta: poolerObjectMeta(p, p.Name),
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(p.Spec.Instances),
-			Selector: &metav1.LabelSelector{MatchLabels: poolerSelector(p)},
-			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
-				RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: &zero, MaxSurge: &one}},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:            ptr.To(p.Spec.Instances),
+			Selector:            &metav1.LabelSelector{MatchLabels: poolerSelector(p)},
+			ServiceName:         poolerPeersServiceName(p),
+			PodManagementPolicy: appsv1.ParallelPodManagement,
+			UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateStatefulSetStrategy{Partition: ptr.To[int32](0)}},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: poolerPodLabels(p), Annotations: annotations},
 				Spec:       poolerPodSpec(p, image, managerImage),
@@ -265,6 +292,25 @@ func poolerService(p *tuskv1alpha1.PostgresPooler) *corev1.Service {
 		Spec: corev1.ServiceSpec{
 			Type:     corev1.ServiceTypeClusterIP,
 			Selector: poolerSelector(p),
+			Ports: []corev1.ServicePort{{
+				Name: "postgres", Port: postgresPort, TargetPort: intstr.FromString("postgres"), Protocol: corev1.ProtocolTCP,
+			}},
+		},
+	}
+}
+
+// poolerPeersService is the StatefulSet's headless Service: a DNS name
+// for each pod, which the other pods forward cancel requests to. It lists
+// pods that are not ready too, so a pod that stops (readiness off first)
+// still receives the cancels for the queries it finishes.
+func poolerPeersService(p *tuskv1alpha1.PostgresPooler) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: poolerObjectMeta(p, poolerPeersServiceName(p)),
+		Spec: corev1.ServiceSpec{
+			Type:                     corev1.ServiceTypeClusterIP,
+			ClusterIP:                corev1.ClusterIPNone,
+			PublishNotReadyAddresses: true,
+			Selector:                 poolerSelector(p),
 			Ports: []corev1.ServicePort{{
 				Name: "postgres", Port: postgresPort, TargetPort: intstr.FromString("postgres"), Protocol: corev1.ProtocolTCP,
 			}},

@@ -1,15 +1,21 @@
 package controller
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	tuskv1alpha1 "tusk.dev/tusk/api/v1alpha1"
+	"tusk.dev/tusk/internal/pooler"
 )
 
 const testPoolerImage = "tusk/pgbouncer:test"
@@ -52,8 +58,9 @@ func TestPoolerBuildersGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			golden(t, "pooler-"+name+"-configmap", cm)
-			golden(t, "pooler-"+name+"-deployment", poolerDeployment(p, testPoolerImage, "tusk/operator:test", "0123abcd"))
+			golden(t, "pooler-"+name+"-statefulset", poolerStatefulSet(p, testPoolerImage, "tusk/operator:test", "0123abcd"))
 			golden(t, "pooler-"+name+"-service", poolerService(p))
+			golden(t, "pooler-"+name+"-peers-service", poolerPeersService(p))
 			golden(t, "pooler-"+name+"-pdb", poolerPDB(p))
 		})
 	}
@@ -62,7 +69,7 @@ func TestPoolerBuildersGolden(t *testing.T) {
 // The pooler's pods must not be taken for the cluster's: its -r Service
 // and budget select every pod with the cluster's label.
 func TestPoolerPodsAreNotTheClustersPods(t *testing.T) {
-	d := poolerDeployment(defaultPooler(), testPoolerImage, "tusk/operator:test", "")
+	d := poolerStatefulSet(defaultPooler(), testPoolerImage, "tusk/operator:test", "")
 	if _, ok := d.Spec.Template.Labels[LabelCluster]; ok {
 		t.Errorf("pooler pods carry %s: the cluster's Services would send clients to them", LabelCluster)
 	}
@@ -76,5 +83,38 @@ func TestPoolerConfigMapRefusesReservedParameters(t *testing.T) {
 	_, err := poolerConfigMap(p)
 	if err == nil || !strings.Contains(err.Error(), `"auth_type" is set by Tusk`) {
 		t.Fatalf("got %v, want the reserved parameter named", err)
+	}
+}
+
+// The [peers] section names every pod the StatefulSet may have, by the
+// name the headless Service gives it, with peer_id = ordinal + 1 (what
+// `tusk pooler` derives from its pod's name), and no more pods than the
+// API lets a pooler have.
+func TestPoolerPeersAreEveryPossiblePod(t *testing.T) {
+	p := defaultPooler()
+	peers := poolerPeers(p)
+	if len(peers) != poolerMaxPeers {
+		t.Fatalf("%d peers, want %d", len(peers), poolerMaxPeers)
+	}
+	for i, peer := range peers {
+		pod := fmt.Sprintf("%s-%d", poolerStatefulSet(p, "", "", "").Name, i)
+		id, err := pooler.PeerIDFromPodName(pod)
+		if err != nil || peer.ID != id || peer.Host != pod+".pg-pooler-peers.db.svc" || peer.Port != postgresPort {
+			t.Errorf("peer %d: %+v; the pod %s has peer_id %d (%v)", i, peer, pod, id, err)
+		}
+	}
+	data, err := os.ReadFile(filepath.Join("..", "..", "config", "crd", "bases", "tusk.dev_postgrespoolers.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.Unmarshal(data, &crd); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range crd.Spec.Versions {
+		instances := v.Schema.OpenAPIV3Schema.Properties["spec"].Properties["instances"]
+		if instances.Maximum == nil || *instances.Maximum > poolerMaxPeers {
+			t.Errorf("%s: spec.instances may go up to %v, past the %d pods the [peers] section names", v.Name, instances.Maximum, poolerMaxPeers)
+		}
 	}
 }

@@ -85,7 +85,7 @@ func CacheOptions(namespaces []string, operatorNamespace string) cache.Options {
 	for _, o := range []client.Object{
 		&corev1.Pod{}, &corev1.PersistentVolumeClaim{}, &corev1.Service{},
 		&corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}, &policyv1.PodDisruptionBudget{}, &networkingv1.NetworkPolicy{},
-		&appsv1.Deployment{},
+		&appsv1.Deployment{}, &appsv1.StatefulSet{},
 		// Every node renews a Lease of its own every few seconds.
 		&coordinationv1.Lease{},
 	} {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -52,7 +53,25 @@ type Config struct {
 	// Parameters are the user's other PgBouncer settings; the ones Tusk
 	// sets itself (ReservedParameters) are refused.
 	Parameters map[string]string
+	// Peers are the PgBouncer processes of the same pooler, the [peers]
+	// section: a cancel request that reaches a process other than the one
+	// holding the query is forwarded to the peer whose id its key holds.
+	// Each process's own peer_id is not here (the file is the same for
+	// every pod): PeerINI sets it.
+	Peers []Peer
 }
+
+// Peer is one PgBouncer process of a pooler: its peer_id and where it
+// listens.
+type Peer struct {
+	ID   int
+	Host string
+	Port int
+}
+
+// MaxPeerID is the largest peer_id PgBouncer accepts (the id is held in
+// 14 bits of the cancel keys it hands out).
+const MaxPeerID = 16383
 
 // PoolSizes are PgBouncer's pool limits; zero leaves PgBouncer's default.
 type PoolSizes struct {
@@ -130,7 +149,32 @@ func (c Config) Validate() error {
 	if c.ClientTLS.CertFile == "" || c.ClientTLS.KeyFile == "" || c.ClientTLS.CAFile == "" {
 		errs = append(errs, errors.New("client TLS needs the pooler's server certificate and key, and a CA"))
 	}
-	return errors.Join(append(errs, ValidateParameters(c.Parameters))...)
+	return errors.Join(append(append(errs, validatePeers(c.Peers)...), ValidateParameters(c.Parameters))...)
+}
+
+func validatePeers(peers []Peer) []error {
+	var errs []error
+	seen := map[int]bool{}
+	for _, p := range peers {
+		if err := validatePeerID(p.ID); err != nil {
+			errs = append(errs, err)
+		}
+		if seen[p.ID] {
+			errs = append(errs, fmt.Errorf("peer %d is listed twice", p.ID))
+		}
+		seen[p.ID] = true
+		if !hostPattern.MatchString(p.Host) || p.Port < 1 || p.Port > 65535 {
+			errs = append(errs, fmt.Errorf("peer %d at %q port %d: want a DNS name or an IP address and a port", p.ID, p.Host, p.Port))
+		}
+	}
+	return errs
+}
+
+func validatePeerID(id int) error {
+	if id < 1 || id > MaxPeerID {
+		return fmt.Errorf("peer id %d: want 1 to %d", id, MaxPeerID)
+	}
+	return nil
 }
 
 // ValidateParameters refuses the reserved parameters (naming them and
@@ -153,7 +197,8 @@ func ValidateParameters(params map[string]string) error {
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
-// INI renders c as pgbouncer.ini, or says why it cannot.
+// INI renders c as pgbouncer.ini, or says why it cannot. The [pgbouncer]
+// section comes last, so that PeerINI's file can add to it (see there).
 func INI(c Config) (string, error) {
 	if err := c.Validate(); err != nil {
 		return "", fmt.Errorf("while building the PgBouncer configuration: %w", err)
@@ -162,7 +207,15 @@ func INI(c Config) (string, error) {
 	b.WriteString("; Written by Tusk: changes here are overwritten.\n")
 	// Every database name goes to the one server; PgBouncer keeps a pool
 	// per database and user.
-	fmt.Fprintf(&b, "[databases]\n* = host=%s port=%d\n\n[pgbouncer]\n", c.ServerHost, c.ServerPort)
+	fmt.Fprintf(&b, "[databases]\n* = host=%s port=%d\n\n", c.ServerHost, c.ServerPort)
+	if len(c.Peers) > 0 {
+		b.WriteString("[peers]\n")
+		for _, p := range c.Peers {
+			fmt.Fprintf(&b, "%d = host=%s port=%d\n", p.ID, p.Host, p.Port)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("[pgbouncer]\n")
 	for _, kv := range c.settings() {
 		fmt.Fprintf(&b, "%s = %s\n", kv[0], kv[1])
 	}
@@ -187,6 +240,42 @@ func INI(c Config) (string, error) {
 var failoverDefaults = [][2]string{
 	{"server_connect_timeout", "2"},
 	{"server_login_retry", "0.5"},
+}
+
+// PeerINI is the configuration one PgBouncer process runs on: the file at
+// include (INI's, shared by every process of the pooler) and this
+// process's peer_id. PgBouncer reads %include in place and stays in the
+// section the included file ended in, INI's [pgbouncer], so peer_id joins
+// it; a RELOAD reads the included file afresh and peer_id stays (both
+// tested against PgBouncer 1.24). The file must not name [pgbouncer]
+// again: PgBouncer's parser sets every setting of a section to its
+// default at each header of it, so a second [pgbouncer] would undo the
+// included one (PgBouncer would listen on its default port, unix socket
+// only). include must be an absolute path: PgBouncer opens it relative to
+// its working directory.
+func PeerINI(include string, peerID int) (string, error) {
+	if err := validatePeerID(peerID); err != nil {
+		return "", fmt.Errorf("while building PgBouncer's peer configuration: %w", err)
+	}
+	if !filepath.IsAbs(include) || strings.ContainsFunc(include, isControl) {
+		return "", fmt.Errorf("while building PgBouncer's peer configuration: the included file %q is not an absolute path", include)
+	}
+	return fmt.Sprintf("; Written by tusk pooler: the pooler's configuration, which ends in its [pgbouncer] section,\n"+
+		"; and this process's peer_id in that section (a [pgbouncer] header here would reset it).\n"+
+		"%%include %s\npeer_id = %d\n", include, peerID), nil
+}
+
+// PeerIDFromPodName is the peer_id of the pod named name: its
+// StatefulSet ordinal (the name's last dash-separated part) plus one, as
+// the [peers] section the operator writes numbers them. An error when the
+// name ends in no ordinal (not a StatefulSet's pod).
+func PeerIDFromPodName(name string) (int, error) {
+	i := strings.LastIndexByte(name, '-')
+	ordinal, err := strconv.Atoi(name[i+1:])
+	if i < 0 || err != nil || ordinal < 0 || ordinal >= MaxPeerID || strconv.Itoa(ordinal) != name[i+1:] {
+		return 0, fmt.Errorf("the pod name %q does not end in a StatefulSet ordinal", name)
+	}
+	return ordinal + 1, nil
 }
 
 // settings are Tusk's own lines of the [pgbouncer] section, in order.

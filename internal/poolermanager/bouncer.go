@@ -57,7 +57,7 @@ type bouncer struct {
 }
 
 func newBouncer(opts Options, reaper *supervisor.Reaper, log logr.Logger, started func(int)) *bouncer {
-	return &bouncer{program: opts.PgBouncer, config: opts.Config, bound: opts.Restarts, reaper: reaper, log: log,
+	return &bouncer{program: opts.PgBouncer, config: cmp.Or(opts.bouncerConfig, opts.Config), bound: opts.Restarts, reaper: reaper, log: log,
 		started: started, stop: make(chan struct{}), done: make(chan struct{})}
 }
 

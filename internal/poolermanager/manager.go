@@ -34,6 +34,11 @@ type Options struct {
 	Config    string
 	// RunDir is the ini's unix_socket_dir: the admin console's socket.
 	RunDir string
+	// PeerID is this PgBouncer's peer_id among the pooler's pods (the
+	// [peers] section of Config names them); 0 for none. With one,
+	// PgBouncer runs on a file in RunDir that includes Config and sets
+	// peer_id (PeerConfigName): Config is every pod's.
+	PeerID int
 	// Addr is where the API is served (":8000").
 	Addr string
 	// TLS files: the server certificate and key, and the CA the
@@ -49,6 +54,10 @@ type Options struct {
 	ShutdownTimeout time.Duration
 	// Restarts bound PgBouncer's restarts (DefaultRestarts when zero).
 	Restarts RestartBound
+
+	// bouncerConfig is the file PgBouncer runs on: Config, or the peer
+	// file that includes it.
+	bouncerConfig string
 }
 
 // DefaultShutdownTimeout fits the pod's 30 s grace after its 5 s preStop
@@ -80,6 +89,13 @@ func New(opts Options, log logr.Logger) (*Manager, error) {
 	port, err := listenPort(opts.Config)
 	if err != nil {
 		return nil, err
+	}
+	if opts.PeerID != 0 {
+		// The bouncer runs on the peer file; listen_port and the primary
+		// check are still read from Config.
+		if opts.bouncerConfig, err = writePeerConfig(opts.RunDir, opts.Config, opts.PeerID); err != nil {
+			return nil, err
+		}
 	}
 	opts.ShutdownTimeout = cmp.Or(opts.ShutdownTimeout, DefaultShutdownTimeout)
 	opts.Restarts = opts.Restarts.orDefault()

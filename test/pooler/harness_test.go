@@ -305,10 +305,25 @@ func poolerConfig(t testing.TB, p *clusterPKI, dir, host string, port int) poole
 
 func startBouncer(t testing.TB, dir string, c pooler.Config) *bouncer {
 	t.Helper()
+	return startPeer(t, dir, c, 0)
+}
+
+// startPeer starts PgBouncer as `tusk pooler` does when peerID is set: on
+// pooler.PeerINI, which includes the configuration and sets peer_id.
+func startPeer(t testing.TB, dir string, c pooler.Config, peerID int) *bouncer {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &bouncer{t: t, dir: dir, config: c, exited: make(chan struct{}), ctx: ctx}
 	b.writeConfig(c)
-	b.cmd = exec.Command(pgbouncer, b.iniPath())
+	config := b.iniPath()
+	if peerID != 0 {
+		ini, err := pooler.PeerINI(config, peerID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		config = writeFile(t, dir, "peer.ini", []byte(ini))
+	}
+	b.cmd = exec.Command(pgbouncer, config)
 	b.cmd.Stdout, b.cmd.Stderr = b, b
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: pgUser, Setpgid: true}
 	if err := b.cmd.Start(); err != nil {

@@ -68,13 +68,13 @@ type managed struct {
 	operator *http.Client
 }
 
-func startManaged(t testing.TB, p *clusterPKI, dir string, c pooler.Config) *managed {
+func startManaged(t testing.TB, p *clusterPKI, dir string, c pooler.Config, flags ...string) *managed {
 	t.Helper()
 	ini, err := pooler.INI(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := launchManaged(t, p, dir, ini)
+	m := launchManaged(t, p, dir, ini, flags...)
 	m.config = c
 	testenv.Eventually(t, waitTimeout, func(ctx context.Context) error {
 		select {
@@ -91,8 +91,9 @@ func startManaged(t testing.TB, p *clusterPKI, dir string, c pooler.Config) *man
 	return m
 }
 
-// launchManaged starts tusk pooler on ini, its API's files in dir.
-func launchManaged(t testing.TB, p *clusterPKI, dir, ini string) *managed {
+// launchManaged starts tusk pooler on ini, its API's files in dir, with
+// flags added to the pod's.
+func launchManaged(t testing.TB, p *clusterPKI, dir, ini string, flags ...string) *managed {
 	t.Helper()
 	configPath := writeFile(t, dir, "pgbouncer.ini", []byte(ini))
 	api, err := pki.IssueServer(p.ca, "pooler", []string{"localhost"}, nil, time.Hour, time.Now())
@@ -100,13 +101,14 @@ func launchManaged(t testing.TB, p *clusterPKI, dir, ini string) *managed {
 		t.Fatal(err)
 	}
 	m := &managed{t: t, pki: p, dir: dir, exited: make(chan struct{}), api: "https://localhost:" + strconv.Itoa(testenv.FreePort(t))}
-	m.cmd = exec.Command(tuskBinary(t), "pooler", "--pgbouncer="+pgbouncer, "--config="+configPath, "--run-dir="+dir,
-		"--port="+strings.TrimPrefix(m.api, "https://localhost:"),
-		"--tls-cert="+writeFile(t, dir, "api.crt", api.CertPEM), "--tls-key="+writeFile(t, dir, "api.key", api.KeyPEM),
-		"--client-ca="+writeFile(t, dir, "client-ca.crt", p.ca.CertPEM), "--shutdown-timeout=20s",
+	args := []string{"pooler", "--pgbouncer=" + pgbouncer, "--config=" + configPath, "--run-dir=" + dir,
+		"--port=" + strings.TrimPrefix(m.api, "https://localhost:"),
+		"--tls-cert=" + writeFile(t, dir, "api.crt", api.CertPEM), "--tls-key=" + writeFile(t, dir, "api.key", api.KeyPEM),
+		"--client-ca=" + writeFile(t, dir, "client-ca.crt", p.ca.CertPEM), "--shutdown-timeout=20s",
 		// The auth certificate poolerConfig writes, as the pod's flag names
 		// the mounted Secret's.
-		"--auth-cert="+filepath.Join(dir, "auth.crt"))
+		"--auth-cert=" + filepath.Join(dir, "auth.crt")}
+	m.cmd = exec.Command(tuskBinary(t), append(args, flags...)...)
 	m.cmd.Stdout, m.cmd.Stderr = m, m
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: pgUser, Setpgid: true}
 	if err := m.cmd.Start(); err != nil {
@@ -276,4 +278,16 @@ func (m *managed) pgbouncerPID(t testing.TB) int {
 		t.Fatalf("pgrep: %q: %v", out, err)
 	}
 	return pid
+}
+
+// admin runs command on the managed PgBouncer's admin console, as the
+// pooler manager reaches it: over the Unix socket in dir, as its OS user.
+func (m *managed) admin(t testing.TB, dir, command string) string {
+	t.Helper()
+	out, err := commandAsPostgres(filepath.Join(pgBinDir, "psql"), "-X", "-A", "-t", "-F", "|", "-h", dir,
+		"-p", strconv.Itoa(m.config.ListenPort), "-U", "pgbouncer", "-d", "pgbouncer", "-c", command).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v: %s\n%s", command, err, out, m.output())
+	}
+	return string(out)
 }
