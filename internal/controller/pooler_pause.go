@@ -135,13 +135,21 @@ func (p *pausedPoolers) resume(ctx context.Context) {
 		ctx := context.WithoutCancel(ctx)
 		var wg sync.WaitGroup
 		errs := make([]error, len(p.pods))
+		results := make([]poolerapi.ResumeResult, len(p.pods))
 		req := poolerapi.ResumeRequest{WaitForPrimary: poolerWaitForPrimary}
 		for i := range p.pods {
 			wg.Go(func() {
-				errs[i] = p.pods[i].client.call(ctx, &p.pods[i].pod, http.MethodPost, poolerapi.PathResume, req, nil)
+				errs[i] = p.pods[i].client.call(ctx, &p.pods[i].pod, http.MethodPost, poolerapi.PathResume, req, &results[i])
 			})
 		}
 		wg.Wait()
+		// Of the pause, the part spent waiting for the new primary to
+		// answer through the Service (the node's Service routing following
+		// the label): the longest of the pods'.
+		var primaryWait time.Duration
+		for _, res := range results {
+			primaryWait = max(primaryWait, res.PrimaryWaited)
+		}
 		var failed []string
 		for i, err := range errs {
 			if err != nil {
@@ -154,8 +162,8 @@ func (p *pausedPoolers) resume(ctx context.Context) {
 			note = fmt.Sprintf("; could not resume %s: each resumes by itself %s after its pause", strings.Join(failed, ", "), poolerResumeAfter)
 		}
 		held := time.Since(p.since)
-		p.r.event(p.cluster, eventType, tuskv1alpha1.ReasonResumedPoolers, "Switchover", "Resumed %d pooler pod(s) after a pause of %dms%s",
-			len(p.pods)-len(failed), held.Milliseconds(), note)
+		p.r.event(p.cluster, eventType, tuskv1alpha1.ReasonResumedPoolers, "Switchover", "Resumed %d pooler pod(s) after a pause of %dms (%dms of it waiting for the new primary to answer through the Service)%s",
+			len(p.pods)-len(failed), held.Milliseconds(), primaryWait.Milliseconds(), note)
 		// Written with the switchover's next status write (its record of
 		// the new primary, or the pass's end).
 		p.cluster.Status.LastPoolerPause = &tuskv1alpha1.PoolerPauseStatus{Time: metav1.NewTime(p.since),

@@ -30,6 +30,12 @@ const poolerReadyTimeout = 2 * time.Minute
 // applications run.
 const poolerClients = 50
 
+// poolerClientTimeout is the statement timeout of the clients holding a
+// connection through a pooler: longer than a switchover's pause can be
+// (the pause's wait for transactions in flight, 5 s by default, and the
+// handover itself).
+const poolerClientTimeout = 10 * time.Second
+
 // TestHandoversThroughThePooler: clients reach the cluster through a
 // PostgresPooler over verified TLS (a wrong password refused). 50 clients
 // holding a connection each and an ordinary client (a new connection per
@@ -111,13 +117,13 @@ func TestHandoversThroughThePooler(t *testing.T) {
 			assertNoWriteLost(t, c.Check(t))
 		}
 	}
-	for _, e := range events {
-		for _, path := range []string{"pooler", "direct"} {
-			for _, c := range clients[path].writers() {
-				rep := workload.Window(c.Ledger(t), e.start, e.done)
-				gap := writeGapAround(c.Ledger(t), e.start, e.done)
+	for _, path := range []string{"pooler", "direct"} {
+		for _, c := range clients[path].writers() {
+			recs := c.Ledger(t)
+			for _, e := range events {
+				rep := workload.Window(recs, e.start, e.done)
 				t.Logf("figure: through the %s, %s, %s client: %d errors %v, longest wait %.2fs, write gap %.2fs",
-					path, e.what, clientKind(c), rep.ErrorCount(), rep.Errors, rep.Longest.Seconds(), gap.Seconds())
+					path, e.what, clientKind(c), rep.ErrorCount(), rep.Errors, rep.Longest.Seconds(), writeGapEndingIn(recs, e.start, e.done).Seconds())
 				if path == "pooler" && e.expectsNoError(c) && rep.ErrorCount() > 0 {
 					t.Errorf("the %s client saw errors through the pooler across the %s: %v", clientKind(c), e.what, rep.Errors)
 				}
@@ -308,6 +314,10 @@ func workloadPodThrough(ns, cluster, service string, clients int) *corev1.Pod {
 	pod := workloadPod(ns, cluster)
 	writer := &pod.Spec.Containers[0]
 	writer.Command[slices.Index(writer.Command, "--clients")+1] = strconv.Itoa(clients)
+	// A statement may wait out a switchover's pause: the bound a client
+	// of a pooler must allow (docs/pooler.md); the longest wait is a
+	// figure.
+	writer.Command[slices.Index(writer.Command, "--timeout")+1] = poolerClientTimeout.String()
 	for i := range pod.Spec.Containers {
 		for j, e := range pod.Spec.Containers[i].Env {
 			if e.Name == "TUSK_WORKLOAD_DSN" {

@@ -322,3 +322,24 @@ func gapBounds(recs []workload.Record, from, to time.Time) (before, after worklo
 	}
 	return before, after, ok
 }
+
+// writeGapEndingIn is the longest time between two acknowledgements of
+// recs that ends in (from, to]: the wait an event caused, when events
+// follow one another and to is when every client wrote again after it (a
+// gap that ends later belongs to the next event).
+func writeGapEndingIn(recs []workload.Record, from, to time.Time) time.Duration {
+	var acks []time.Time
+	for _, r := range recs {
+		if r.Kind == workload.KindAck {
+			acks = append(acks, r.At)
+		}
+	}
+	slices.SortFunc(acks, time.Time.Compare)
+	var longest time.Duration
+	for i := 1; i < len(acks); i++ {
+		if acks[i].After(from) && !acks[i].After(to) {
+			longest = max(longest, acks[i].Sub(acks[i-1]))
+		}
+	}
+	return longest
+}
