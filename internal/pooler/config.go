@@ -225,9 +225,9 @@ func INI(c Config) (string, error) {
 	return b.String(), nil
 }
 
-// failoverDefaults are PgBouncer settings whose defaults (15 s each) make
-// a pooler's clients wait long after a failover, which a user's parameters
-// may still change. PgBouncer opens one server connection at a time per
+// failoverDefaults are PgBouncer settings whose defaults make a pooler's
+// clients wait long after a failover or a pod's stop, which a user's
+// parameters may still change. PgBouncer opens one server connection at a time per
 // pool: one left hanging on the lost primary's address (a cut network
 // answers nothing) holds every new login for server_connect_timeout, and
 // after a failed login it fails every new client at once ("server login
@@ -240,6 +240,11 @@ func INI(c Config) (string, error) {
 var failoverDefaults = [][2]string{
 	{"server_connect_timeout", "2"},
 	{"server_login_retry", "0.5"},
+	// A cancel request for a pod that has just stopped (its clients'
+	// queries are gone with it) waits this long for its peer before
+	// PgBouncer gives up, and the client sending it waits as long: 10 s
+	// by default (measured in a pooler rolling update).
+	{"cancel_wait_timeout", "2"},
 }
 
 // PeerINI is the configuration one PgBouncer process runs on: the file at
