@@ -167,7 +167,8 @@ func (p *pausedPoolers) resume(ctx context.Context) {
 		// Written with the switchover's next status write (its record of
 		// the new primary, or the pass's end).
 		p.cluster.Status.LastPoolerPause = &tuskv1alpha1.PoolerPauseStatus{Time: metav1.NewTime(p.since),
-			HeldMilliseconds: held.Milliseconds(), Pods: int32(len(p.pods)), Failures: append(prefixed("not paused: ", p.failed), prefixed("not resumed: ", failed)...)}
+			HeldMilliseconds: held.Milliseconds(), Pods: int32(len(p.pods)), //nolint:gosec // at most the pods of a namespace's poolers
+			Failures: append(prefixed("not paused: ", p.failed), prefixed("not resumed: ", failed)...)}
 	})
 }
 

@@ -31,38 +31,56 @@ func (r WindowReport) ErrorCount() int {
 // [from, to] and the connections that failed then. An attempt without
 // an outcome (the writer stopped first) is left out.
 func Window(recs []Record, from, to time.Time) WindowReport {
-	rep := WindowReport{Errors: map[string]int{}}
-	began := map[Key]time.Time{}
-	in := func(t time.Time) bool { return !t.Before(from) && !t.After(to) }
+	w := window{from: from, to: to, began: map[Key]time.Time{}, rep: WindowReport{Errors: map[string]int{}}}
 	for _, r := range recs {
-		k := Key{Run: r.Run, Client: r.Client, Seq: r.Seq}
-		switch r.Kind {
-		case KindConnectFailed:
-			if in(r.At) {
-				rep.Errors["connect_"+r.Error]++
-			}
-		case KindTry:
-			start := r.At
-			if !r.Connecting.IsZero() {
-				start = r.Connecting
-			}
-			if in(start) {
-				began[k] = start
-			}
-		case KindAck, KindUnknown, KindRejected:
-			start, ok := began[k]
-			if !ok {
-				continue
-			}
-			if r.Kind == KindAck {
-				rep.Acknowledged++
-			} else {
-				rep.Errors[r.Error]++
-			}
-			if d := r.At.Sub(start); d > rep.Longest {
-				rep.Longest, rep.LongestKey = d, k
-			}
-		}
+		w.add(r)
 	}
-	return rep
+	return w.rep
+}
+
+// window is Window's state: the attempts begun in [from, to], by key.
+type window struct {
+	from, to time.Time
+	began    map[Key]time.Time
+	rep      WindowReport
+}
+
+func (w *window) in(t time.Time) bool { return !t.Before(w.from) && !t.After(w.to) }
+
+func (w *window) add(r Record) {
+	k := Key{Run: r.Run, Client: r.Client, Seq: r.Seq}
+	switch r.Kind {
+	case KindConnectFailed:
+		if w.in(r.At) {
+			w.rep.Errors["connect_"+r.Error]++
+		}
+	case KindTry:
+		// An ordinary client's wait starts with its connecting.
+		start := r.At
+		if !r.Connecting.IsZero() {
+			start = r.Connecting
+		}
+		if w.in(start) {
+			w.began[k] = start
+		}
+	case KindAck, KindUnknown, KindRejected:
+		w.outcome(k, r)
+	}
+}
+
+// outcome counts the outcome r of the attempt k, if it began in the
+// window.
+func (w *window) outcome(k Key, r Record) {
+	start, ok := w.began[k]
+	if !ok {
+		return
+	}
+	if r.Kind == KindAck {
+		w.rep.Acknowledged++
+	} else {
+		w.rep.Errors[r.Error]++
+	}
+	if d := r.At.Sub(start); d > w.rep.Longest {
+		w.rep.Longest, w.rep.LongestKey = d, k
+	}
 }
