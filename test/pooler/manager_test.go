@@ -409,7 +409,17 @@ func TestManagerResumeAbandonsAPauseStillWaiting(t *testing.T) {
 			poolerapi.PauseRequest{Wait: 30 * time.Second, ResumeAfter: time.Minute})
 		pauseAnswer <- answer{code, body, err}
 	}()
-	// The pause is pending once PgBouncer holds another client's query.
+	// Another client's query must come once PAUSE is pending: one sent
+	// before could get a server connection of its own while PgBouncer
+	// pauses (seen in CI: PgBouncer then closed that server for the pause
+	// and the client was neither served nor counted waiting).
+	testenv.Eventually(t, waitTimeout, func(context.Context) error {
+		if state := m.admin(t, m.dir, "SHOW STATE"); !strings.Contains(state, "paused|yes") {
+			return fmt.Errorf("SHOW STATE: %s", state)
+		}
+		return nil
+	})
+	// The pause is pending once PgBouncer holds that client's query.
 	held := make(chan error, 1)
 	go func() {
 		_, err := other.Exec(ctx, "INSERT INTO t (client) VALUES (2)")
