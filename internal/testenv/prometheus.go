@@ -7,6 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"tusk.dev/tusk/internal/metricsdoc"
 )
 
 // PrometheusBinDirEnv names the directory holding prometheus and promtool;
@@ -50,4 +55,35 @@ func RequirePrometheusOperatorCRDs(t testing.TB) string {
 		missing(t, errors.New(PrometheusOperatorCRDsEnv+" is not set: run hack/install-prometheus-operator-crds.sh and export it"))
 	}
 	return dir
+}
+
+// CheckCatalogued parses a scrape as Prometheus would and checks that
+// every tusk_ family it serves is in catalogue (the list docs/metrics.md
+// is rendered from) with the catalogue's type; with everyListed, also
+// that it serves every metric the catalogue lists (the names alert rules
+// and dashboards read).
+func CheckCatalogued(t testing.TB, scrape string, catalogue *metricsdoc.Catalogue, everyListed bool) {
+	t.Helper()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(scrape))
+	if err != nil {
+		t.Fatalf("the scrape does not parse: %v", err)
+	}
+	kinds := map[string]string{}
+	for _, m := range catalogue.Metrics() {
+		kinds[m.Name] = string(m.Kind)
+		if _, served := families[m.Name]; everyListed && !served {
+			t.Errorf("%s is in the catalogue but not served", m.Name)
+		}
+	}
+	for name, f := range families {
+		if !strings.HasPrefix(name, "tusk_") {
+			continue
+		}
+		if kind, ok := kinds[name]; !ok {
+			t.Errorf("%s is served but not in the catalogue (docs/metrics.md)", name)
+		} else if got := strings.ToLower(f.GetType().String()); got != kind {
+			t.Errorf("%s is served as a %s, the catalogue says %s", name, got, kind)
+		}
+	}
 }

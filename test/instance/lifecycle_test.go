@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"tusk.dev/tusk/internal/instance"
 	"tusk.dev/tusk/internal/instanceapi"
@@ -68,12 +66,12 @@ func TestReplicatedLifecycle(t *testing.T) {
 				t.Errorf("/metrics lacks %q", want)
 			}
 		}
-		checkMetricsCatalogued(t, text)
+		testenv.CheckCatalogued(t, text, instance.MetricsCatalogue, false)
 		testenv.CheckMetrics(t, text)
 		if text := replica1.metrics(); !strings.Contains(text, `tusk_pg_role{role="replica"} 1`) {
 			t.Error("a replica's /metrics does not say it is a replica")
 		} else {
-			checkMetricsCatalogued(t, text)
+			testenv.CheckCatalogued(t, text, instance.MetricsCatalogue, false)
 		}
 	})
 	t.Run("reload and restart-pending parameters", func(t *testing.T) { testReconfigure(t, primary, replica1, replica2) })
@@ -258,30 +256,4 @@ func TestBadParameterIsReported(t *testing.T) {
 	// The fix arrives; the next restart attempt succeeds.
 	n.command(http.MethodPut, instanceapi.PathConfig, instanceapi.Config{Parameters: map[string]string{"shared_buffers": "32MB"}}, nil)
 	n.waitReady(instanceapi.RolePrimary)
-}
-
-// checkMetricsCatalogued parses a scrape as Prometheus would and checks
-// that every tusk_ family it serves is in the catalogue docs/metrics.md is
-// rendered from, with the catalogue's type.
-func checkMetricsCatalogued(t testing.TB, text string) {
-	t.Helper()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
-	if err != nil {
-		t.Fatalf("the scrape does not parse: %v", err)
-	}
-	kinds := map[string]string{}
-	for _, m := range instance.MetricsCatalogue.Metrics() {
-		kinds[m.Name] = string(m.Kind)
-	}
-	for name, f := range families {
-		if !strings.HasPrefix(name, "tusk_") {
-			continue
-		}
-		if kind, ok := kinds[name]; !ok {
-			t.Errorf("%s is served but not in the catalogue (docs/metrics.md)", name)
-		} else if got := strings.ToLower(f.GetType().String()); got != kind {
-			t.Errorf("%s is served as a %s, the catalogue says %s", name, got, kind)
-		}
-	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"tusk.dev/tusk/internal/instance"
 	"tusk.dev/tusk/internal/instanceapi"
 	"tusk.dev/tusk/internal/testenv"
 )
@@ -75,7 +76,7 @@ type seriesCount struct{ all, tusk int }
 
 func countSeries(b *testing.B, text string) seriesCount {
 	b.Helper()
-	checkMetricsCatalogued(b, text)
+	testenv.CheckCatalogued(b, text, instance.MetricsCatalogue, false)
 	var n seriesCount
 	sc := bufio.NewScanner(strings.NewReader(text))
 	for sc.Scan() {

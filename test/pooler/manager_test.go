@@ -19,6 +19,7 @@ import (
 	"tusk.dev/tusk/internal/pki"
 	"tusk.dev/tusk/internal/pooler"
 	"tusk.dev/tusk/internal/poolerapi"
+	"tusk.dev/tusk/internal/poolermanager"
 	"tusk.dev/tusk/internal/testenv"
 )
 
@@ -167,7 +168,7 @@ func TestManagerPausesAndResumesUnderLoad(t *testing.T) {
 		!strings.Contains(scrape, `tusk_pooler_transactions_total{database="app"}`) {
 		t.Errorf("the scrape has not the application's pool:\n%s", scrape)
 	}
-	checkScrapeIsTheCatalogue(t, scrape)
+	testenv.CheckCatalogued(t, scrape, poolermanager.MetricsCatalogue, true)
 }
 
 func waitAcked(t *testing.T, w *workload, n int64) {
@@ -460,11 +461,7 @@ func TestManagerResumeAbandonsAPauseStillWaiting(t *testing.T) {
 // no client is dropped.
 func TestManagerReloadsOnSIGHUP(t *testing.T) {
 	t.Parallel()
-	p := newClusterPKI(t)
-	a := startServer(t, p, "a")
-	a.prepare(t, "")
-	b := startServer(t, p, "b")
-	b.prepare(t, a.appVerifier(t))
+	p, a, b := startServers(t)
 	dir := workDir(t)
 	c := poolerConfig(t, p, dir, "127.0.0.1", a.port)
 	m := startManaged(t, p, dir, c)

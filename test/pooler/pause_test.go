@@ -28,13 +28,21 @@ type pair struct {
 
 func startPair(t *testing.T) pair {
 	t.Helper()
+	p, a, b := startServers(t)
+	dir := workDir(t)
+	return pair{a: a, b: b, bnc: startBouncer(t, dir, poolerConfig(t, p, dir, "127.0.0.1", a.port))}
+}
+
+// startServers starts the two servers of a switchover under one cluster
+// PKI: a, and b holding a's application role.
+func startServers(t *testing.T) (*clusterPKI, *server, *server) {
+	t.Helper()
 	p := newClusterPKI(t)
 	a := startServer(t, p, "a")
 	a.prepare(t, "")
 	b := startServer(t, p, "b")
 	b.prepare(t, a.appVerifier(t))
-	dir := workDir(t)
-	return pair{a: a, b: b, bnc: startBouncer(t, dir, poolerConfig(t, p, dir, "127.0.0.1", a.port))}
+	return p, a, b
 }
 
 // repoint writes the configuration with server b and reloads it.

@@ -227,11 +227,7 @@ func (r *relay) openings() []uint32 {
 // configuration again, a repointed server included, and peer_id stays.
 func TestManagerRunsPgBouncerWithThePodsPeerID(t *testing.T) {
 	t.Parallel()
-	p := newClusterPKI(t)
-	a := startServer(t, p, "a")
-	a.prepare(t, "")
-	b := startServer(t, p, "b")
-	b.prepare(t, a.appVerifier(t))
+	p, a, b := startServers(t)
 	dir := workDir(t)
 	c := poolerConfig(t, p, dir, "127.0.0.1", a.port)
 	c.Peers = []pooler.Peer{{ID: 1, Host: "pool-0.pool-peers.db.svc", Port: 5432}, {ID: 2, Host: "127.0.0.1", Port: c.ListenPort}}
